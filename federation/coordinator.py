@@ -1,0 +1,249 @@
+"""The coordinator: the agent-facing operations over a set of site backends."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import UTC, datetime
+from typing import Any
+
+from federation.envelope import ResourceEnvelope
+from federation.errors import FederationError, ProbeError, TaskFailedError, UnknownSiteError
+from federation.events import Event, EventBus, EventCallback
+from federation.handles import TaskHandle, TaskResult
+from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
+from federation.placement import place
+from federation.sites.backend import SiteBackend
+from federation.snapshot import FederationSnapshot, SiteSnapshot
+from federation.tasks import ShellTask, TaskSpec, check_serializable
+from federation.telemetry import Telemetry
+
+logger = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """Runs tasks across sites: probe, place, ship, and resume callers through events.
+
+    Args:
+        backends: one :class:`SiteBackend` per site.
+        probe_timeout_s: a site whose probe takes longer is marked unreachable.
+        probe_interval_s: a snapshot younger than this is reused by ``submit_task``.
+        telemetry: where snapshots are kept over time (optional).
+    """
+
+    def __init__(
+        self,
+        backends: Iterable[SiteBackend],
+        *,
+        policy: str = "earliest-start",
+        probe_timeout_s: float = 30.0,
+        probe_interval_s: float = 0.0,
+        telemetry: Telemetry | None = None,
+        bus: EventBus | None = None,
+    ) -> None:
+        self.backends: dict[str, SiteBackend] = {b.name: b for b in backends}
+        self.policy = policy
+        self.probe_timeout_s = probe_timeout_s
+        self.probe_interval_s = probe_interval_s
+        self.telemetry = telemetry
+        self.events = bus or EventBus()
+        self._lock = threading.Lock()
+        self._handles: dict[str, TaskHandle] = {}
+        self._by_compute_id: dict[str, TaskHandle] = {}
+        self._last_snapshot: FederationSnapshot | None = None
+
+    # --- inspect_federation ---------------------------------------------------------------
+    def inspect_federation(self) -> FederationSnapshot:
+        """Probe every site in parallel; a failing site is marked unhealthy, never fatal."""
+        started = time.monotonic()
+        futures: dict[str, Future[dict[str, Any]] | Exception] = {}
+        for name, backend in self.backends.items():
+            try:
+                futures[name] = backend.probe()
+            except Exception as e:  # submitting the probe itself failed
+                futures[name] = e
+        sites: list[SiteSnapshot] = []
+        for name, fut in futures.items():
+            sites.append(self._site_snapshot(name, fut, started))
+        snap = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(sites))
+        self._last_snapshot = snap
+        if self.telemetry is not None:
+            self.telemetry.record(snap)
+        return snap
+
+    def _site_snapshot(self, name: str, fut: Future[dict[str, Any]] | Exception,
+                       started: float) -> SiteSnapshot:
+        if isinstance(fut, Exception):
+            return unreachable_snapshot(name, f"probe could not be sent: {fut}")
+        remaining = max(0.1, self.probe_timeout_s - (time.monotonic() - started))
+        try:
+            raw = fut.result(timeout=remaining)
+        except FutureTimeout:
+            fut.cancel()
+            return unreachable_snapshot(
+                name, f"probe timed out after {self.probe_timeout_s:.0f} s; "
+                "check the site's endpoint (`federation sites status`)")
+        except Exception as e:
+            return unreachable_snapshot(name, f"probe failed: {_first_line(e)}")
+        try:
+            return build_site_snapshot(name, raw)
+        except ProbeError as e:
+            return unreachable_snapshot(name, f"probe output unreadable: {e}")
+        except Exception as e:
+            logger.exception("snapshot of %s failed", name)
+            return unreachable_snapshot(name, f"probe output unreadable: {type(e).__name__}: {e}")
+
+    def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot:
+        """The last snapshot if younger than ``max_age_s`` (default: probe interval), else a new one."""
+        age = self.probe_interval_s if max_age_s is None else max_age_s
+        last = self._last_snapshot
+        if last is not None and (datetime.now(UTC) - last.taken_at).total_seconds() <= age:
+            return last
+        return self.inspect_federation()
+
+    # --- submit_task ----------------------------------------------------------------------
+    def submit_task(
+        self,
+        task: TaskSpec,
+        envelope: ResourceEnvelope,
+        *,
+        on_event: EventCallback | None = None,
+        snapshot: FederationSnapshot | None = None,
+    ) -> TaskHandle:
+        """Place ``task`` within ``envelope`` and ship it; returns at once with a handle.
+
+        Raises :class:`BadEnvelopeError`, :class:`NoFeasibleSiteError` (with a reason per
+        site) or :class:`SerializationError` before anything is submitted.
+        """
+        for s in envelope.sites:
+            if s not in self.backends:
+                raise UnknownSiteError(s, sorted(self.backends))
+        code_hash = check_serializable(task)
+        snap = snapshot or self.snapshot()
+        specs = [b.spec for b in self.backends.values()]
+        decision = place(envelope, specs, snap, policy=self.policy)
+        shape = decision.chosen.shape
+        handle = TaskHandle(
+            id=str(uuid.uuid4()), label=task.label, envelope=envelope, decision=decision,
+            code_hash=code_hash, is_shell=isinstance(task, ShellTask), bus=self.events,
+        )
+        if on_event is not None:
+            handle.add_callback(on_event)
+        with self._lock:
+            self._handles[handle.id] = handle
+        self.events.emit("task.queued", handle.id, shape.site, shape=shape.describe(),
+                         predicted_wait_s=decision.chosen.predicted_wait_s)
+        try:
+            fut = self.backends[shape.site].submit(task, shape)
+        except Exception as e:
+            self._fail(handle, f"submission to {shape.site} failed: {e}", "")
+            raise FederationError(f"submission to {shape.site} failed: {e}") from e
+        handle.future = fut
+        fut.add_done_callback(lambda f: self._on_done(handle, f))
+        return handle
+
+    # --- callbacks from the sites ----------------------------------------------------------
+    def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
+        """A site reports a task running (its batch job started and picked it up)."""
+        handle = self._handle_for_compute_id(compute_task_id)
+        if handle is None:
+            # The id may not be on the future yet (submit reply still in flight): retry.
+            threading.Timer(0.2, self._retry_started, (compute_task_id, slurm_job_id, 25)).start()
+            return
+        self._mark_started(handle, slurm_job_id)
+
+    def _retry_started(self, tid: str, job: str | None, tries: int) -> None:
+        handle = self._handle_for_compute_id(tid)
+        if handle is not None:
+            self._mark_started(handle, job)
+        elif tries > 0:
+            threading.Timer(0.2, self._retry_started, (tid, job, tries - 1)).start()
+
+    def _mark_started(self, handle: TaskHandle, slurm_job_id: str | None) -> None:
+        with self._lock:
+            if handle.started_at is not None or handle.done:
+                return
+            handle.started_at = datetime.now(UTC)
+            handle.slurm_job_id = slurm_job_id
+        wait = (handle.started_at - handle.submitted_at).total_seconds()
+        self.events.emit("task.started", handle.id, handle.site, slurm_job_id=slurm_job_id,
+                         queue_wait_s=round(wait, 3))
+
+    def _handle_for_compute_id(self, tid: str) -> TaskHandle | None:
+        with self._lock:
+            h = self._by_compute_id.get(tid)
+            if h is not None:
+                return h
+            for cand in self._handles.values():
+                if cand.compute_task_id is not None:
+                    self._by_compute_id[cand.compute_task_id] = cand
+            return self._by_compute_id.get(tid)
+
+    def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
+        if fut.cancelled():
+            self._fail(handle, "cancelled", "")
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._fail(handle, _first_line(exc), str(exc))
+            return
+        value = fut.result()
+        if handle.is_shell and getattr(value, "returncode", 0) != 0:
+            self._fail(handle, f"command exited with {value.returncode}",
+                       getattr(value, "stderr", ""), value=value)
+            return
+        with self._lock:
+            handle.completed_at = datetime.now(UTC)
+            handle.state = "completed"
+            handle.value = value
+        self.events.emit("task.completed", handle.id, handle.site,
+                         runtime_s=handle.runtime_s, slurm_job_id=handle.slurm_job_id)
+
+    def _fail(self, handle: TaskHandle, message: str, traceback: str, value: Any = None) -> None:
+        with self._lock:
+            handle.completed_at = datetime.now(UTC)
+            handle.state = "failed"
+            handle.error = message
+            handle.remote_traceback = traceback
+            handle.value = value
+        self.events.emit("task.failed", handle.id, handle.site, error=message)
+
+    # --- get_result -----------------------------------------------------------------------
+    def get_result(self, handle: TaskHandle | str, timeout_s: float | None = None) -> TaskResult:
+        """The task's result manifest; waits up to ``timeout_s`` for it to finish."""
+        h = self._handles.get(handle) if isinstance(handle, str) else handle
+        if h is None:
+            raise FederationError(f"unknown task handle {handle!r}; use the id submit_task returned")
+        if not h.wait(timeout_s):
+            raise TimeoutError(f"task {h.id} ({h.label}) still {h.state} after {timeout_s} s")
+        return h.manifest()
+
+    def result_value(self, handle: TaskHandle, timeout_s: float | None = None) -> Any:
+        """The return value; raises :class:`TaskFailedError` with the remote traceback."""
+        res = self.get_result(handle, timeout_s)
+        if res.status != "completed":
+            raise TaskFailedError(f"task {res.task_id} failed: {res.error}", res.remote_traceback)
+        return res.value
+
+    def handles(self) -> list[TaskHandle]:
+        with self._lock:
+            return list(self._handles.values())
+
+    def history(self, task_id: str | None = None) -> list[Event]:
+        return self.events.history(task_id)
+
+    def close(self) -> None:
+        for b in self.backends.values():
+            b.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # remote tracebacks end with the exception line; that is the useful one
+    return lines[-1] if lines else type(exc).__name__

@@ -1,0 +1,7 @@
+"""A site's Globus Compute endpoint, run locally: the real engines behind a unix socket.
+
+On a real site this role is played by ``globus-compute-endpoint start`` and the cloud relay.
+Locally, one :mod:`daemon` process per site renders the site's template per
+``user_endpoint_config``, starts the real engine from the rendered config and executes the
+packed tasks the (offline) web service forwards to it.
+"""

@@ -1,0 +1,101 @@
+"""Start, stop and report the per-site endpoint daemons of the local federation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from federation.errors import SiteUnavailableError
+
+logger = logging.getLogger(__name__)
+
+LOCAL_NAMESPACE = uuid.UUID("6f1c0c3e-3b9a-4b7e-9a55-0f6c2d2f9e10")
+
+
+def local_endpoint_id(site: str) -> uuid.UUID:
+    """Stable endpoint id of a local site (a real site's id comes from its registration)."""
+    return uuid.uuid5(LOCAL_NAMESPACE, f"local-endpoint:{site}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # PID 1 here does not reap: a zombie is stopped
+
+
+class EndpointDaemons:
+    """The endpoint processes of the local sites, under ``home/endpoints/<site>/``."""
+
+    def __init__(self, home: Path) -> None:
+        self.root = home / "endpoints"
+
+    def run_dir(self, site: str) -> Path:
+        return self.root / site
+
+    def pid(self, site: str) -> int | None:
+        ready = self.run_dir(site) / "endpoint.ready"
+        try:
+            pid = int(ready.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def start(self, site: str, site_env: Mapping[str, str], timeout_s: float = 30.0) -> int:
+        """Start the site's endpoint unless it runs; returns its pid (idempotent)."""
+        if (pid := self.pid(site)) is not None:
+            return pid
+        run_dir = self.run_dir(site)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "endpoint.ready").unlink(missing_ok=True)
+        bindir = Path(sys.executable).parent
+        env = {
+            **os.environ,
+            **site_env,
+            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "GLOBUS_COMPUTE_USER_DIR": str(run_dir / "globus_compute"),
+            "FEDERATION_WORKER_INIT": f'export PATH="{bindir}:$PATH"\n'
+            f'export GLOBUS_COMPUTE_USER_DIR="{run_dir / "globus_compute"}"',
+            "FEDERATION_ENGINE_ADDRESS": "127.0.0.1",
+        }
+        log = (run_dir / "endpoint.stdout").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "federation.endpoint.daemon", "--site", site,
+             "--run-dir", str(run_dir), "--endpoint-id", str(local_endpoint_id(site))],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=run_dir,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (self.run_dir(site) / "endpoint.ready").exists() and self.pid(site) == proc.pid:
+                return proc.pid
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = (run_dir / "endpoint.stdout").read_text(errors="replace")[-2000:]
+        raise SiteUnavailableError(
+            f"site {site}: endpoint did not start (see {run_dir}/endpoint.log):\n{tail}"
+        )
+
+    def stop(self, site: str, timeout_s: float = 30.0) -> bool:
+        """Stop the site's endpoint if we started it; True if one was running."""
+        pid = self.pid(site)
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            logger.warning("endpoint %s (pid %s) ignored SIGTERM; killing", site, pid)
+            os.kill(pid, signal.SIGKILL)
+        (self.run_dir(site) / "endpoint.ready").unlink(missing_ok=True)
+        return True

@@ -1,0 +1,45 @@
+"""Wire format between the offline web service and a site's endpoint daemon.
+
+JSON objects over :mod:`multiprocessing.connection` (HMAC-authenticated unix socket), bytes
+as base64. Nothing is unpickled: task payloads stay messagepack/ComputeSerializer strings
+that only the engine's worker deserializes, exactly as on a real endpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def send(conn: Connection, msg: Message) -> None:
+    conn.send_bytes(json.dumps(msg, separators=(",", ":")).encode())
+
+
+def recv(conn: Connection) -> Message:
+    msg = json.loads(conn.recv_bytes().decode())
+    if not isinstance(msg, dict) or "op" not in msg:
+        raise ValueError(f"malformed endpoint message: {str(msg)[:200]}")
+    return msg
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode())
+
+
+def read_or_create_key(path: Path) -> bytes:
+    """The shared secret for one site's socket (created 0600 on first use)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_hex(32))
+    return path.read_text().strip().encode()

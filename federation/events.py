@@ -1,0 +1,65 @@
+"""Typed events and the in-process bus that resumes waiting callers."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from federation._model import Frozen
+
+logger = logging.getLogger(__name__)
+
+EventKind = Literal["task.queued", "task.started", "task.completed", "task.failed"]
+
+
+class Event(Frozen):
+    """Something decision-relevant that happened to a task."""
+
+    seq: int = Field(ge=0, description="position in the coordinator's event log")
+    kind: EventKind
+    task_id: str
+    site: str | None = None
+    at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+EventCallback = Callable[[Event], None]
+
+
+class EventBus:
+    """Ordered log of events; subscribers are called on the thread that emits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._log: list[Event] = []
+        self._subs: list[tuple[EventCallback, str | None]] = []
+
+    def subscribe(self, callback: EventCallback, task_id: str | None = None) -> None:
+        """Call ``callback`` for every later event (of ``task_id`` only, when given)."""
+        with self._lock:
+            self._subs.append((callback, task_id))
+
+    def emit(self, kind: EventKind, task_id: str, site: str | None = None,
+             **detail: Any) -> Event:
+        with self._lock:
+            ev = Event(seq=next(self._seq), kind=kind, task_id=task_id, site=site,
+                       at=datetime.now(UTC), detail=detail)
+            self._log.append(ev)
+            subs = [cb for cb, tid in self._subs if tid is None or tid == task_id]
+        for cb in subs:
+            try:
+                cb(ev)
+            except Exception:
+                logger.exception("event callback %r failed on %s", cb, ev.kind)
+        return ev
+
+    def history(self, task_id: str | None = None) -> list[Event]:
+        with self._lock:
+            return [e for e in self._log if task_id is None or e.task_id == task_id]

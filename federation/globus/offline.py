@@ -1,0 +1,399 @@
+"""The Globus Compute web service, answered in-process: the SDK's transport seam.
+
+The real ``globus_compute_sdk.Client`` and ``Executor`` run unchanged; only two seams are
+swapped, as the field notes describe:
+
+* the HTTP transport: a ``requests`` adapter mounted on the client's sessions answers the
+  few routes the SDK uses (register function, submit batch, task status, batch status,
+  task group, version, endpoint status) and forwards each task, as the cloud would, to the
+  site's endpoint daemon (:mod:`federation.endpoint.daemon`);
+* the AMQP result stream: :class:`InProcessResultWatcher` is the SDK's own
+  ``_ResultWatcher`` with its pika loop replaced by an event the service sets when a
+  result arrives, so futures complete (and ``add_done_callback`` fires) within
+  milliseconds, without anyone polling.
+
+Pointing a site at a real endpoint id and a default ``Client()`` removes both seams.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import globus_sdk
+import requests
+from globus_compute_common import messagepack
+from globus_compute_common.messagepack.message_types import Result, Task
+from globus_compute_sdk import Client, Executor
+from globus_compute_sdk.sdk.executor import _ResultWatcher
+from pika.spec import BasicProperties
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
+
+from federation.endpoint import protocol
+from federation.endpoint.connection import EndpointConnection
+from federation.errors import SiteUnavailableError
+
+logger = logging.getLogger(__name__)
+
+StartedListener = Callable[[str, str | None], None]
+"""Called with (task_id, slurm_job_id) when the endpoint reports a task started running."""
+
+
+@dataclass
+class _TaskRecord:
+    task_id: str
+    endpoint_id: str
+    task_group_id: str
+    status: str = "waiting-for-ep"
+    result: Result | None = None
+    job_id: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+
+
+@dataclass
+class _Endpoint:
+    site: str
+    conn: EndpointConnection
+    task_ids: set[str] = field(default_factory=set)
+
+
+class InProcessResultWatcher(_ResultWatcher):  # type: ignore[misc]
+    """The SDK's result watcher, fed by the service instead of an AMQP consumer."""
+
+    def run(self) -> None:
+        self._thread_id = threading.get_ident()
+        while not self._time_to_stop:
+            if self._time_to_check_results.wait(timeout=self.poll_period_s):
+                self._time_to_check_results.clear()
+                self._match_results_to_futures()
+        with self._new_futures_lock:
+            while self._open_futures:
+                _, fut = self._open_futures.popitem()
+                if not fut.done():
+                    fut.set_exception(RuntimeError("result watcher stopped"))
+            self._open_futures_empty.set()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if threading.get_ident() == self._thread_id:
+            self._time_to_stop = True
+            return
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def deliver(self, result: Result) -> None:
+        props = BasicProperties(headers={}, timestamp=int(time.time()))
+        with self._new_futures_lock:
+            self._received_results[str(result.task_id)] = (props, result)
+        self._time_to_check_results.set()
+
+
+class LocalComputeService:
+    """In-process stand-in for the Globus Compute web service and its result queues."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._functions: dict[str, dict[str, Any]] = {}
+        self._tasks: dict[str, _TaskRecord] = {}
+        self._groups: dict[str, list[str]] = {}
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._watchers: dict[str, InProcessResultWatcher] = {}
+        self._clients: dict[str, Client] = {}
+        self._started_listeners: list[StartedListener] = []
+        self.requests_served = 0
+
+    # --- wiring ---------------------------------------------------------------------------
+    def add_endpoint(self, endpoint_id: uuid.UUID, site: str, run_dir: Path) -> None:
+        eid = str(endpoint_id)
+        with self._lock:
+            if eid in self._endpoints:
+                return
+            conn = EndpointConnection(site, run_dir, self._on_endpoint_event)
+            self._endpoints[eid] = _Endpoint(site=site, conn=conn)
+
+    def on_started(self, listener: StartedListener) -> None:
+        self._started_listeners.append(listener)
+
+    def client(self) -> Client:
+        """A real SDK ``Client`` whose HTTP transport is answered by this service."""
+        client = Client(authorizer=globus_sdk.NullAuthorizer(), do_version_check=False)
+        adapter = _ServiceAdapter(self)
+        for web in (client._compute_web_client.v2, client._compute_web_client.v3):
+            web.transport.session.mount("https://", adapter)
+            web.transport.session.mount("http://", adapter)
+            web.retry_config.max_retries = 0
+        client.version_check()  # goes through the adapter: proves the seam is in place
+        return client
+
+    def executor(self, endpoint_id: uuid.UUID, client: Client, **kwargs: Any) -> Executor:
+        """A real ``Executor`` whose result watcher this service feeds."""
+        ex = _OfflineExecutor(self, endpoint_id=endpoint_id, client=client, **kwargs)
+        ex.api_burst_limit = 1_000_000  # the constructor clamps to 8/16 s; no cloud to spare
+        return ex
+
+    def watcher_for(self, task_group_id: uuid.UUID, client: Client) -> InProcessResultWatcher:
+        tg = str(task_group_id)
+        with self._lock:
+            rw = self._watchers.get(tg)
+            if rw is None or not rw.is_alive() or rw._closed:
+                rw = InProcessResultWatcher(task_group_id, client, poll_period_s=1.0)
+                rw.start()
+                self._watchers[tg] = rw
+                self._clients[tg] = client
+                pending = [t.result for t in self._tasks.values()
+                           if t.task_group_id == tg and t.result is not None]
+            else:
+                pending = []
+        for res in pending:
+            rw.deliver(res)
+        return rw
+
+    def close(self) -> None:
+        with self._lock:
+            watchers = list(self._watchers.values())
+            self._watchers.clear()
+            endpoints = list(self._endpoints.values())
+        for rw in watchers:
+            rw._time_to_stop = True
+            rw._time_to_check_results.set()
+        for ep in endpoints:
+            ep.conn.close()
+
+    # --- endpoint side ---------------------------------------------------------------------
+    def _on_endpoint_event(self, msg: protocol.Message) -> None:
+        tid = msg.get("task_id")
+        if not isinstance(tid, str):
+            return
+        with self._lock:
+            rec = self._tasks.get(tid)
+        if rec is None:
+            return
+        if msg["op"] == "task.started":
+            rec.status, rec.started_at = "running", float(msg["at"])
+            job = msg.get("job_id")
+            rec.job_id = None if job in (None, "None") else str(job)
+            for listener in self._started_listeners:
+                try:
+                    listener(tid, rec.job_id)
+                except Exception:
+                    logger.exception("started-listener failed for %s", tid)
+        elif msg["op"] == "task.result":
+            res = messagepack.unpack(protocol.unb64(msg["result"]))
+            if not isinstance(res, Result):
+                logger.error("endpoint sent a non-Result for %s", tid)
+                return
+            self._complete(rec, res, float(msg["at"]))
+
+    def _complete(self, rec: _TaskRecord, res: Result, at: float) -> None:
+        with self._lock:
+            if rec.result is not None:
+                return  # duplicate delivery
+            rec.result, rec.completed_at = res, at
+            rec.status = "failed" if res.is_error else "success"
+            rw = self._watchers.get(rec.task_group_id)
+        if rw is not None and rw.is_alive():
+            rw.deliver(res)
+
+    def _endpoint(self, endpoint_id: str) -> _Endpoint:
+        ep = self._endpoints.get(endpoint_id)
+        if ep is None:
+            raise _HTTPError(404, "ENDPOINT_NOT_FOUND",
+                             f"Endpoint {endpoint_id} is not registered with this service")
+        return ep
+
+    # --- routes ----------------------------------------------------------------------------
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        self.requests_served += 1
+        for (m, pattern), handler in _ROUTES.items():
+            if m == method and (match := pattern.fullmatch(path)):
+                try:
+                    return 200, handler(self, body, *match.groups())
+                except _HTTPError as e:
+                    return e.status, {"code": e.code, "message": str(e), "http_status": e.status}
+        return 404, {"code": "NOT_FOUND", "message": f"no route {method} {path}"}
+
+    def _version(self, _body: Any) -> dict[str, Any]:
+        return {"api": "1.0", "min_ep_version": "2.0.0", "min_sdk_version": "2.0.0"}
+
+    def _register_function(self, body: Any) -> dict[str, Any]:
+        fid = str(uuid.uuid4())
+        with self._lock:
+            self._functions[fid] = {"function_code": body["function_code"],
+                                    "function_name": body.get("function_name")}
+        return {"function_uuid": fid}
+
+    def _endpoint_status(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
+        ep = self._endpoint(endpoint_id)
+        try:
+            info = ep.conn.request({"op": "ping"}, timeout_s=5)
+        except SiteUnavailableError as e:
+            return {"status": "offline", "details": str(e)}
+        return {"status": "online", "details": info}
+
+    def _submit(self, body: Any, endpoint_id: str) -> dict[str, Any]:
+        ep = self._endpoint(endpoint_id)
+        tg = body.get("task_group_id") or str(uuid.uuid4())
+        uec = body.get("user_endpoint_config") or {}
+        runtime = body.get("user_runtime")
+        tasks_out: dict[str, list[str]] = {}
+        for fid, payloads in body["tasks"].items():
+            fn = self._functions.get(fid)
+            if fn is None:
+                raise _HTTPError(404, "FUNCTION_NOT_FOUND", f"Function {fid} not found")
+            ids = tasks_out.setdefault(fid, [])
+            for payload in payloads:
+                tid = str(uuid.uuid4())
+                packed = messagepack.pack(
+                    Task(task_id=uuid.UUID(tid), task_buffer=fn["function_code"] + payload)
+                )
+                rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
+                with self._lock:
+                    self._tasks[tid] = rec
+                    self._groups.setdefault(tg, []).append(tid)
+                    ep.task_ids.add(tid)
+                try:
+                    ep.conn.request({"op": "submit", "task_id": tid, "packed_task": protocol.b64(packed),
+                                     "user_endpoint_config": uec, "user_runtime": runtime})
+                except SiteUnavailableError as e:
+                    with self._lock:
+                        del self._tasks[tid]
+                        self._groups[tg].remove(tid)
+                    raise _HTTPError(503, "ENDPOINT_UNAVAILABLE", str(e)) from e
+                ids.append(tid)
+        return {"request_id": str(uuid.uuid4()), "task_group_id": tg,
+                "endpoint_id": endpoint_id, "tasks": tasks_out}
+
+    def _task_view(self, tid: str) -> dict[str, Any]:
+        rec = self._tasks.get(tid)
+        if rec is None:
+            rec = self._recover(tid)
+        if rec is None:
+            raise _HTTPError(404, "TASK_NOT_FOUND", f"Task {tid} not found")
+        view: dict[str, Any] = {"task_id": tid, "status": rec.status,
+                                "task_group_id": rec.task_group_id}
+        if rec.result is not None:
+            key = "exception" if rec.result.is_error else "result"
+            view[key] = rec.result.data
+            view["completion_t"] = str(rec.completed_at)
+            if rec.result.details:
+                view["details"] = rec.result.details
+        return view
+
+    def _recover(self, tid: str) -> _TaskRecord | None:
+        """Ask the endpoints about a task this (restarted) service has not seen."""
+        for eid, ep in list(self._endpoints.items()):
+            try:
+                found = ep.conn.request({"op": "status", "task_ids": [tid]}, timeout_s=5)["tasks"]
+            except SiteUnavailableError:
+                continue
+            if tid in found:
+                info = found[tid]
+                rec = _TaskRecord(task_id=tid, endpoint_id=eid, task_group_id="",
+                                  status="running" if info["status"] == "running" else "waiting-for-ep",
+                                  job_id=info.get("job_id"))
+                with self._lock:
+                    self._tasks[tid] = rec
+                if info.get("result"):
+                    res = messagepack.unpack(protocol.unb64(info["result"]))
+                    self._complete(rec, res, float(info.get("completed_at") or time.time()))
+                return rec
+        return None
+
+    def _get_task(self, _body: Any, tid: str) -> dict[str, Any]:
+        return self._task_view(tid)
+
+    def _batch_status(self, body: Any) -> dict[str, Any]:
+        results = {}
+        for tid in body.get("task_ids", []):
+            try:
+                results[tid] = self._task_view(tid)
+            except _HTTPError:
+                continue
+        return {"response": "batch", "results": results}
+
+    def _task_group(self, _body: Any, tg: str) -> dict[str, Any]:
+        with self._lock:
+            ids = list(self._groups.get(tg, []))
+        return {"taskgroup_id": tg, "tasks": [{"id": t} for t in ids]}
+
+    def adopt_task(self, task_id: str, endpoint_id: uuid.UUID, task_group_id: uuid.UUID) -> None:
+        """Re-learn a task after a restart (the real cloud never forgets; this one can)."""
+        with self._lock:
+            if task_id in self._tasks:
+                return
+            self._tasks[task_id] = _TaskRecord(task_id=task_id, endpoint_id=str(endpoint_id),
+                                               task_group_id=str(task_group_id))
+            self._groups.setdefault(str(task_group_id), []).append(task_id)
+        rec = self._recover(task_id)
+        if rec is not None:
+            rec.task_group_id = str(task_group_id)
+
+    def cancel(self, task_id: str) -> tuple[bool, str]:
+        rec = self._tasks.get(task_id)
+        if rec is None:
+            return False, "unknown task"
+        ep = self._endpoint(rec.endpoint_id)
+        reply = ep.conn.request({"op": "cancel", "task_id": task_id})
+        return bool(reply.get("ok")), str(reply.get("reason", ""))
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+_UUID = r"([0-9a-fA-F-]{36})"
+_ROUTES: Mapping[tuple[str, re.Pattern[str]], Callable[..., Any]] = {
+    ("GET", re.compile(r"/v2/version")): LocalComputeService._version,
+    ("POST", re.compile(r"/v3/functions")): LocalComputeService._register_function,
+    ("POST", re.compile(rf"/v3/endpoints/{_UUID}/submit")): LocalComputeService._submit,
+    ("GET", re.compile(rf"/v2/endpoints/{_UUID}/status")): LocalComputeService._endpoint_status,
+    ("GET", re.compile(rf"/v2/tasks/{_UUID}")): LocalComputeService._get_task,
+    ("POST", re.compile(r"/v2/batch_status")): LocalComputeService._batch_status,
+    ("GET", re.compile(rf"/v2/taskgroup/{_UUID}")): LocalComputeService._task_group,
+}
+
+
+class _ServiceAdapter(BaseAdapter):
+    """A ``requests`` transport adapter that answers from a :class:`LocalComputeService`."""
+
+    def __init__(self, service: LocalComputeService) -> None:
+        super().__init__()
+        self.service = service
+
+    def send(self, request: requests.PreparedRequest, *_: Any, **__: Any) -> requests.Response:
+        path = requests.utils.urlparse(request.url or "").path.rstrip("/")
+        raw = request.body
+        body = json.loads(raw) if raw else None
+        status, payload = self.service.handle(str(request.method), path, body)
+        resp = requests.Response()
+        resp.status_code = status
+        resp._content = json.dumps(payload).encode()
+        resp.headers = CaseInsensitiveDict({"Content-Type": "application/json"})
+        resp.url = request.url or ""
+        resp.request = request
+        resp.encoding = "utf-8"
+        return resp
+
+    def close(self) -> None:
+        pass
+
+
+class _OfflineExecutor(Executor):  # type: ignore[misc]
+    """``globus_compute_sdk.Executor`` with its result watcher supplied by the service."""
+
+    def __init__(self, service: LocalComputeService, **kwargs: Any) -> None:
+        self._service = service
+        super().__init__(**kwargs)
+
+    def _get_result_watcher(self) -> _ResultWatcher:
+        return self._service.watcher_for(self.task_group_id, self.client)

@@ -1,0 +1,141 @@
+"""Task handles (live, in-process) and result manifests (plain data)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from federation._model import Frozen
+from federation.envelope import ResourceEnvelope, Shape
+from federation.events import Event, EventBus, EventCallback
+from federation.placement import PlacementDecision
+
+TaskState = Literal["queued", "running", "completed", "failed"]
+
+
+class TaskResult(Frozen):
+    """What ran, where, how long it waited, and what came back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    task_id: str
+    label: str
+    status: Literal["completed", "failed"]
+    value: Any = None
+    error: str | None = None
+    remote_traceback: str = ""
+    stdout: str | None = None
+    stderr: str | None = None
+    returncode: int | None = None
+    site: str
+    partition: str
+    shape: Shape
+    envelope: ResourceEnvelope
+    decision: PlacementDecision
+    code_hash: str
+    compute_task_id: str | None = None
+    slurm_job_id: str | None = None
+    submitted_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime
+    queue_wait_s: float | None = Field(default=None, ge=0)
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(eq=False)
+class TaskHandle:
+    """A submitted task. ``add_callback`` resumes you on each of its events."""
+
+    id: str
+    label: str
+    envelope: ResourceEnvelope
+    decision: PlacementDecision
+    code_hash: str
+    is_shell: bool
+    bus: EventBus
+    future: Future[Any] | None = None
+    state: TaskState = "queued"
+    submitted_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    slurm_job_id: str | None = None
+    value: Any = None
+    error: str | None = None
+    remote_traceback: str = ""
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.bus.subscribe(self._track, task_id=self.id)
+
+    def _track(self, ev: Event) -> None:
+        if ev.kind == "task.started" and self.state == "queued":
+            self.state = "running"
+        elif ev.kind in ("task.completed", "task.failed"):
+            self._done.set()
+
+    @property
+    def shape(self) -> Shape:
+        return self.decision.chosen.shape
+
+    @property
+    def site(self) -> str:
+        return self.shape.site
+
+    @property
+    def partition(self) -> str:
+        return self.shape.partition
+
+    @property
+    def compute_task_id(self) -> str | None:
+        tid = getattr(self.future, "task_id", None)
+        return None if tid is None else str(tid)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def runtime_s(self) -> float | None:
+        if self.completed_at is None:
+            return None
+        start = self.started_at or self.submitted_at
+        return round((self.completed_at - start).total_seconds(), 3)
+
+    def add_callback(self, callback: EventCallback) -> None:
+        """Call ``callback(event)`` for this task's events, past ones first (no race)."""
+        for ev in self.bus.history(self.id):
+            callback(ev)
+        self.bus.subscribe(callback, task_id=self.id)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    def manifest(self) -> TaskResult:
+        if not self.done or self.completed_at is None:
+            raise RuntimeError(f"task {self.id} is still {self.state}")
+        value = self.value
+        stdout = stderr = None
+        rc = None
+        if self.is_shell and value is not None:
+            stdout, stderr, rc = value.stdout, value.stderr, value.returncode
+            value = None
+        wait = None
+        if self.started_at is not None:
+            wait = max(0.0, (self.started_at - self.submitted_at).total_seconds())
+        return TaskResult(
+            task_id=self.id, label=self.label,
+            status="completed" if self.state == "completed" else "failed",
+            value=value, error=self.error, remote_traceback=self.remote_traceback,
+            stdout=stdout, stderr=stderr, returncode=rc, site=self.site,
+            partition=self.partition, shape=self.shape, envelope=self.envelope,
+            decision=self.decision, code_hash=self.code_hash,
+            compute_task_id=self.compute_task_id, slurm_job_id=self.slurm_job_id,
+            submitted_at=self.submitted_at, started_at=self.started_at,
+            completed_at=self.completed_at, queue_wait_s=wait,
+            events=tuple(self.bus.history(self.id)),
+        )

@@ -1,0 +1,248 @@
+"""Placement: a pure function from (envelope, site facts, snapshot) to a ranked decision.
+
+Every (site, partition) is either a candidate, with a concrete shape, a predicted wait and
+the reason for that prediction, or a rejection with the reason it cannot run the task. The
+first rule here, ``earliest-start``, picks the feasible candidate whose predicted start is
+soonest, breaking ties by best fit (fewest GPUs left stranded on the node), then towards
+the partition with the most free room.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from pydantic import Field
+
+from federation._model import Frozen
+from federation.envelope import ResourceEnvelope, Shape
+from federation.errors import BadEnvelopeError, NoFeasibleSiteError
+from federation.sites.spec import PartitionSpec, SiteSpec
+from federation.snapshot import FederationSnapshot, PartitionSnapshot, SiteSnapshot
+
+MAX_PROBE_AGE_S = 600.0
+
+
+class Candidate(Frozen):
+    """A feasible placement with its prediction."""
+
+    site: str
+    partition: str
+    shape: Shape
+    predicted_wait_s: float = Field(ge=0)
+    free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")
+    waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
+    why: str
+
+
+class Rejection(Frozen):
+    """A (site, partition) that cannot take the task, and why."""
+
+    site: str
+    partition: str | None = None
+    reason: str
+
+
+class PlacementDecision(Frozen):
+    """The decision trace: what was chosen, what else was possible, what was ruled out."""
+
+    policy: str
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[Rejection, ...]
+    snapshot_taken_at: datetime
+    decided_at: datetime
+
+    def explain(self) -> str:
+        lines = [f"policy {self.policy}: chose {self.chosen.shape.describe()}",
+                 f"  because: {self.chosen.why}"]
+        for c in self.candidates:
+            if c is self.chosen or (c.site, c.partition) == (self.chosen.site, self.chosen.partition):
+                continue
+            lines.append(f"  not {c.site}/{c.partition}: predicted wait "
+                         f"{c.predicted_wait_s:.0f} s ({c.why})")
+        for r in self.rejected:
+            where = f"{r.site}/{r.partition}" if r.partition else r.site
+            lines.append(f"  not {where}: {r.reason}")
+        return "\n".join(lines)
+
+
+def validate_envelope(envelope: ResourceEnvelope, sites: Sequence[SiteSpec]) -> None:
+    """Raise :class:`BadEnvelopeError` for constraints no site could ever mean."""
+    known_types = set().union(*(s.gpu_types for s in sites)) if sites else set()
+    unknown = [t for t in envelope.gpu_types if t not in known_types]
+    if unknown:
+        raise BadEnvelopeError(
+            f"unknown GPU type(s) {unknown}; the federation has: {sorted(known_types)}"
+        )
+    known_sites = {s.name for s in sites}
+    bad_sites = [s for s in envelope.sites if s not in known_sites]
+    if bad_sites:
+        raise BadEnvelopeError(f"unknown site(s) {bad_sites}; known: {sorted(known_sites)}")
+
+
+def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) -> Shape | str:
+    """The smallest shape of ``envelope`` that ``part`` can host, or why none fits."""
+    if envelope.sites and site.name not in envelope.sites:
+        return "excluded by the envelope's site list"
+    if envelope.partitions and not (
+        part.name in envelope.partitions or f"{site.name}:{part.name}" in envelope.partitions
+    ):
+        return "excluded by the envelope's partition list"
+    if envelope.arch and site.arch not in envelope.arch:
+        return f"architecture {site.arch} not in {list(envelope.arch)}"
+    if envelope.gpus_min > 0:
+        if part.gpus_per_node == 0:
+            return f"no GPUs (envelope needs {envelope.gpus_min})"
+        if envelope.gpu_types and part.gpu_type not in envelope.gpu_types:
+            return f"GPU type {part.gpu_type} not in {list(envelope.gpu_types)}"
+        if envelope.gpus_min > part.gpus_per_node:
+            return (f"{part.gpus_per_node} GPUs per node, envelope needs "
+                    f"{envelope.gpus_min} {'/'.join(envelope.gpu_types) or 'GPUs'}")
+        if envelope.gpu_mem_gb_min and (part.gpu_mem_gb or 0) < envelope.gpu_mem_gb_min:
+            return f"{part.gpu_mem_gb} GB per GPU < {envelope.gpu_mem_gb_min} GB needed"
+    elif part.gpus_per_node > 0 and any(p.gpus_per_node == 0 for p in site.partitions):
+        return "GPU partition; a CPU-only task belongs on the site's CPU partition"
+    if envelope.cpus_min > part.cpus_per_node:
+        return f"{part.cpus_per_node} CPUs per node < {envelope.cpus_min} needed"
+    if envelope.mem_gb_min > part.mem_gb_per_node:
+        return f"{part.mem_gb_per_node} GB per node < {envelope.mem_gb_min} GB needed"
+    if envelope.nodes > part.nodes_real:
+        return f"{part.nodes_real} nodes < {envelope.nodes} needed"
+    if envelope.walltime_s > part.max_walltime_s:
+        return f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
+    return Shape(
+        site=site.name, partition=part.name, nodes=envelope.nodes, cpus=envelope.cpus_min,
+        mem_gb=max(1, math.ceil(envelope.mem_gb_min)), gpus=envelope.gpus_min,
+        gpu_type=part.gpu_type if envelope.gpus_min else None,
+        walltime_s=envelope.walltime_s, account=envelope.account or site.default_account,
+    )
+
+
+def predict_wait(shape: Shape, part: PartitionSnapshot, site: SiteSnapshot,
+                 now: datetime) -> tuple[float, str]:
+    """Predicted queue wait (seconds) for ``shape`` in ``part``, and the reasoning.
+
+    Fits-now: an idle-enough node exists and nothing is pending in the partition. Otherwise
+    a fluid estimate: running jobs release their resources at their end times (start +
+    time limit, as Slurm assumes); the pending jobs ahead and this shape must fit in what
+    is released. Slurm's own start estimate for the last pending job is a lower bound.
+    """
+    nodes = [n for n in site.nodes if n.partition == part.partition and n.usable]
+    mem_mb = shape.mem_gb * 1024
+    fitting = [n for n in nodes if n.cpus_free >= shape.cpus and n.mem_mb_free >= mem_mb
+               and n.gpus_free(shape.gpu_type) >= shape.gpus]
+    if len(fitting) >= shape.nodes and part.jobs_pending == 0:
+        n = fitting[0]
+        return 0.0, (f"fits now on {n.name} ({n.cpus_free} CPUs, "
+                     f"{n.mem_mb_free // 1024} GB, {n.gpus_free(shape.gpu_type)} GPUs free), "
+                     "nothing pending")
+    if not nodes:
+        return math.inf, "no usable nodes (all down or drained)"
+
+    jobs = [j for j in site.jobs if j.partition == part.partition]
+    pending = [j for j in jobs if j.state == "pending"]
+    running = sorted((j for j in jobs if j.state == "running"),
+                     key=lambda j: (j.end_time or now).timestamp())
+    gpu_key = shape.gpu_type
+    free_cpus = sum(n.cpus_free for n in nodes)
+    free_gpus = sum(n.gpus_free(gpu_key) for n in nodes)
+    need_cpus = shape.cpus * shape.nodes + sum(j.cpus for j in pending)
+    need_gpus = shape.gpus * shape.nodes + sum(j.gpus for j in pending)
+    t_free = now
+    for j in running:
+        if free_cpus >= need_cpus and free_gpus >= need_gpus:
+            break
+        free_cpus += j.cpus
+        free_gpus += j.gpus
+        end = j.end_time
+        if end is None:
+            limit = j.time_limit_s or part.max_time_s or 86400
+            end = datetime.fromtimestamp((j.start_time or now).timestamp() + limit, tz=UTC)
+        t_free = max(t_free, end)
+    wait = max(0.0, (t_free - now).total_seconds())
+    why = (f"{len(running)} running, {len(pending)} pending ahead; "
+           f"{part.cpus_alloc}/{part.cpus_total} CPUs and "
+           f"{sum(part.gpus_alloc_by_type.values())}/{sum(part.gpus_total_by_type.values())} "
+           "GPUs allocated")
+    if part.latest_pending_start is not None:
+        slurm_wait = (part.latest_pending_start - now).total_seconds()
+        if slurm_wait > wait:
+            wait = slurm_wait
+            why += f"; Slurm estimates the last pending job starts in {slurm_wait:.0f} s"
+    if free_cpus < need_cpus or free_gpus < need_gpus:
+        return max(wait, float(part.max_time_s or 86400)), why + "; queue deeper than running jobs"
+    return wait, why + f"; enough frees up in {wait:.0f} s"
+
+
+def _waste(part: PartitionSpec, shape: Shape) -> float:
+    """Best-fit tie-break: GPUs a node would leave stranded (all of them for CPU tasks)."""
+    if part.gpus_per_node == 0:
+        return 0.0
+    return (part.gpus_per_node - shape.gpus) / part.gpus_per_node
+
+
+def _free_fraction(part: PartitionSnapshot, shape: Shape) -> float:
+    if shape.gpus and part.gpus_total_by_type:
+        total = sum(part.gpus_total_by_type.values())
+        return max(0.0, min(1.0, (total - sum(part.gpus_alloc_by_type.values())) / total))
+    return max(0.0, min(1.0, part.cpus_idle / part.cpus_total)) if part.cpus_total else 0.0
+
+
+def place(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    policy: str = "earliest-start",
+    now: datetime | None = None,
+) -> PlacementDecision:
+    """Rank every feasible (site, partition) for ``envelope``; raise if none is feasible."""
+    if policy != "earliest-start":
+        raise BadEnvelopeError(f"unknown placement policy {policy!r}; use 'earliest-start'")
+    validate_envelope(envelope, sites)
+    now = now or datetime.now(UTC)
+    candidates: list[Candidate] = []
+    rejected: list[Rejection] = []
+    for spec in sites:
+        snap = snapshot.site(spec.name)
+        if snap is None or not snap.health.reachable:
+            err = snap.health.error if snap else "not probed"
+            rejected.append(Rejection(site=spec.name, reason=f"unhealthy: {err}"))
+            continue
+        if snap.health.probe_age_s > MAX_PROBE_AGE_S:
+            rejected.append(Rejection(site=spec.name, reason=(
+                f"probe is {snap.health.probe_age_s:.0f} s old (> {MAX_PROBE_AGE_S:.0f} s)")))
+            continue
+        for part in spec.partitions:
+            shape = shape_in(envelope, spec, part)
+            if isinstance(shape, str):
+                rejected.append(Rejection(site=spec.name, partition=part.name, reason=shape))
+                continue
+            psnap = snap.partition(part.name)
+            if psnap is None:
+                rejected.append(Rejection(site=spec.name, partition=part.name,
+                                          reason="partition missing from the live snapshot"))
+                continue
+            if psnap.state not in ("up", "unknown"):
+                rejected.append(Rejection(site=spec.name, partition=part.name,
+                                          reason=f"partition is {psnap.state}"))
+                continue
+            wait, why = predict_wait(shape, psnap, snap, now)
+            if math.isinf(wait):
+                rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
+                continue
+            candidates.append(Candidate(site=spec.name, partition=part.name, shape=shape,
+                                        predicted_wait_s=wait,
+                                        free_fraction=_free_fraction(psnap, shape),
+                                        waste=_waste(part, shape), why=why))
+    if not candidates:
+        raise NoFeasibleSiteError(
+            "no site can run this envelope",
+            {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
+        )
+    candidates.sort(key=lambda c: (c.predicted_wait_s, c.waste, -c.free_fraction, c.site,
+                                   c.partition))
+    return PlacementDecision(policy=policy, chosen=candidates[0], candidates=tuple(candidates),
+                             rejected=tuple(rejected), snapshot_taken_at=snapshot.taken_at,
+                             decided_at=now)

@@ -1,0 +1,1 @@
+"""Site descriptions and the backends that reach them."""

@@ -1,0 +1,38 @@
+"""The seam between the coordinator and a site: one small Protocol."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Protocol, runtime_checkable
+
+from federation.envelope import Shape
+from federation.sites.spec import SiteSpec
+from federation.tasks import TaskSpec
+
+
+@runtime_checkable
+class SiteBackend(Protocol):
+    """How the coordinator reaches one site.
+
+    ``probe`` and ``submit`` return futures at once; nothing blocks on the site. Submitted
+    futures carry ``task_id`` (the Globus Compute task id) once the service accepts them.
+    """
+
+    spec: SiteSpec
+
+    @property
+    def name(self) -> str: ...
+
+    def probe(self) -> Future[dict[str, Any]]:
+        """Run the probe function on the site's login node; resolves to its raw output."""
+        ...
+
+    def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
+        """Ship ``task`` to run inside a Slurm allocation of ``shape``."""
+        ...
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a task that has not started; False if it cannot be cancelled."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,106 @@
+"""A site reached through Globus Compute: one Executor per (endpoint, user_endpoint_config).
+
+The same class serves a local site (offline web service) and a real cloud endpoint: the
+difference is the ``Client`` and the executor factory passed in, i.e. configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from globus_compute_sdk import Client, Executor, ShellFunction
+
+from federation.endpoint_config import shape_to_user_config
+from federation.envelope import Shape
+from federation.sites.spec import SiteSpec
+from federation.tasks import PythonTask, ShellTask, TaskSpec
+
+logger = logging.getLogger(__name__)
+
+ExecutorFactory = Callable[[uuid.UUID, Client, dict[str, Any], uuid.UUID], Executor]
+Canceller = Callable[[str], bool]
+
+
+def cloud_executor(endpoint_id: uuid.UUID, client: Client, uec: dict[str, Any],
+                   task_group_id: uuid.UUID) -> Executor:
+    """Executor for a real endpoint through the Globus Compute cloud."""
+    return Executor(endpoint_id=endpoint_id, client=client, user_endpoint_config=uec,
+                    task_group_id=task_group_id)
+
+
+class ComputeSite:
+    """:class:`~federation.sites.backend.SiteBackend` over ``globus_compute_sdk.Executor``."""
+
+    def __init__(
+        self,
+        spec: SiteSpec,
+        endpoint_id: uuid.UUID,
+        client: Client,
+        executor_factory: ExecutorFactory = cloud_executor,
+        task_group_id: uuid.UUID | None = None,
+        canceller: Canceller | None = None,
+    ) -> None:
+        self.spec = spec
+        self.endpoint_id = endpoint_id
+        self.client = client
+        self.task_group_id = task_group_id or uuid.uuid4()
+        self._factory = executor_factory
+        self._canceller = canceller
+        self._executors: dict[str, Executor] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def executor(self, uec: dict[str, Any]) -> Executor:
+        """The executor for one user_endpoint_config (created once, never mutated)."""
+        key = json.dumps(uec, sort_keys=True)
+        with self._lock:
+            ex = self._executors.get(key)
+            if ex is None:
+                ex = self._factory(self.endpoint_id, self.client, uec, self.task_group_id)
+                self._executors[key] = ex
+            return ex
+
+    def probe(self) -> Future[dict[str, Any]]:
+        from functions.probes import probe_slurm
+
+        fut: Future[dict[str, Any]] = self.executor({"profile": "probe"}).submit(probe_slurm)
+        return fut
+
+    def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
+        uec = shape_to_user_config(
+            partition=shape.partition, nodes=shape.nodes, cpus=shape.cpus,
+            mem_gb=shape.mem_gb, gpus=shape.gpus, walltime_s=shape.walltime_s,
+            account=shape.account,
+        )
+        ex = self.executor(uec)
+        if isinstance(task, ShellTask):
+            fut: Future[Any] = ex.submit(
+                ShellFunction(task.command, snippet_lines=task.snippet_lines,
+                              name=task.name or None)
+            )
+        elif isinstance(task, PythonTask):
+            fut = ex.submit(task.fn, *task.args, **task.kwargs)
+        else:  # pragma: no cover - TaskSpec is closed
+            raise TypeError(f"not a task: {task!r}")
+        return fut
+
+    def cancel(self, task_id: str) -> bool:
+        if self._canceller is None:
+            return False
+        return self._canceller(task_id)
+
+    def close(self) -> None:
+        with self._lock:
+            executors = list(self._executors.values())
+            self._executors.clear()
+        for ex in executors:
+            ex.shutdown(wait=False, cancel_futures=True)

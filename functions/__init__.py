@@ -1,0 +1,1 @@
+"""Functions shipped to site endpoints: probes (read the scheduler) and workloads."""

@@ -1,0 +1,37 @@
+"""Shared fixtures. Tests that need the real local Slurm federation are marked ``slurm``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SLURM_SAMPLES = Path(os.environ.get("FEDERATION_SLURM_SAMPLES", SHARED / "slurm-samples"))
+TRACES = Path(os.environ.get("FEDERATION_TRACES", SHARED / "traces"))
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _slurm_missing_reason() -> str | None:
+    for exe in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd"):
+        if shutil.which(exe) is None and not Path("/usr/sbin", exe).exists():
+            return (f"{exe} is not installed: run scripts/test as root (it installs slurm-wlm, "
+                    "slurmdbd, munge and mariadb-server)")
+    return None
+
+
+@pytest.fixture(scope="session")
+def local_federation() -> Iterator[object]:
+    """The real local Slurm federation, brought up once per session (idempotent)."""
+    reason = _slurm_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    from federation.localslurm import LocalFederation
+
+    fed = LocalFederation()
+    fed.up()
+    yield fed
+    # Left running on purpose: `federation sites down` stops it; re-running tests is fast.

@@ -1,0 +1,183 @@
+"""Placement over hand-built snapshots: feasibility, wait prediction, decision traces."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from federation.envelope import ResourceEnvelope, format_walltime
+from federation.errors import BadEnvelopeError, NoFeasibleSiteError
+from federation.placement import place, shape_in
+from federation.sites.spec import SiteSpec, load_sites
+from federation.snapshot import (
+    FederationSnapshot,
+    JobRecord,
+    NodeRecord,
+    PartitionSnapshot,
+    SiteHealth,
+    SiteSnapshot,
+)
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+SPECS = load_sites()
+
+
+def _site_snapshot(spec: SiteSpec, busy: dict[str, int] | None = None,
+                   pending: dict[str, int] | None = None, reachable: bool = True) -> SiteSnapshot:
+    """A snapshot of ``spec`` where ``busy[partition]`` nodes are fully allocated by jobs
+    ending in 1 h and ``pending[partition]`` whole-node jobs wait behind them."""
+    busy, pending = busy or {}, pending or {}
+    nodes, parts, jobs = [], [], []
+    for p in spec.partitions:
+        n_busy = busy.get(p.name, 0)
+        gtype = p.gpu_type
+        for i in range(p.nodes_local):
+            full = i < n_busy
+            nodes.append(NodeRecord(
+                name=f"{spec.name}-{p.name}-{i}", partition=p.name,
+                state="allocated" if full else "idle",
+                cpus_total=p.cpus_per_node, cpus_alloc=p.cpus_per_node if full else 0,
+                mem_mb_total=p.mem_gb_per_node * 1024,
+                mem_mb_alloc=p.mem_gb_per_node * 1024 if full else 0,
+                gpus_total_by_type={gtype: p.gpus_per_node} if gtype else {},
+                gpus_alloc_by_type={gtype: p.gpus_per_node if full else 0} if gtype else {},
+            ))
+            if full:
+                jobs.append(JobRecord(
+                    job_id=f"{p.name}{i}", partition=p.name, state="running",
+                    cpus=p.cpus_per_node, gpus=p.gpus_per_node, gpu_type=gtype,
+                    time_limit_s=3600, start_time=NOW, end_time=NOW + timedelta(hours=1)))
+        for k in range(pending.get(p.name, 0)):
+            jobs.append(JobRecord(job_id=f"{p.name}p{k}", partition=p.name, state="pending",
+                                  reason="Resources", cpus=p.cpus_per_node,
+                                  gpus=p.gpus_per_node, gpu_type=gtype, time_limit_s=3600,
+                                  start_time=NOW + timedelta(hours=1)))
+        gt = {gtype: p.gpus_per_node * p.nodes_local} if gtype else {}
+        ga = {gtype: p.gpus_per_node * n_busy} if gtype else {}
+        n_pend = pending.get(p.name, 0)
+        parts.append(PartitionSnapshot(
+            site=spec.name, partition=p.name, max_time_s=p.max_walltime_s,
+            nodes_total=p.nodes_local, cpus_total=p.cpus_per_node * p.nodes_local,
+            cpus_alloc=p.cpus_per_node * n_busy,
+            cpus_idle=p.cpus_per_node * (p.nodes_local - n_busy),
+            mem_gb_total=p.mem_gb_per_node * p.nodes_local,
+            mem_gb_alloc=p.mem_gb_per_node * n_busy, gpus_total_by_type=gt,
+            gpus_alloc_by_type=ga, jobs_running=n_busy, jobs_pending=n_pend,
+            pending_reasons={"Resources": n_pend} if n_pend else {},
+            latest_pending_start=NOW + timedelta(hours=1) if n_pend else None,
+        ))
+    return SiteSnapshot(
+        site=spec.name, taken_at=NOW,
+        health=SiteHealth(reachable=reachable, probe_age_s=1.0,
+                          error=None if reachable else "probe timed out after 30 s"),
+        partitions=tuple(parts) if reachable else (), nodes=tuple(nodes) if reachable else (),
+        jobs=tuple(jobs) if reachable else (),
+    )
+
+
+def _fed(**overrides: SiteSnapshot) -> FederationSnapshot:
+    sites = [overrides.get(s.name) or _site_snapshot(s) for s in SPECS]
+    return FederationSnapshot(taken_at=NOW, sites=tuple(sites))
+
+
+def _spec(name: str) -> SiteSpec:
+    return next(s for s in SPECS if s.name == name)
+
+
+def test_idle_federation_cpu_task_goes_to_a_cpu_partition() -> None:
+    d = place(ResourceEnvelope(cpus_min=8, mem_gb_min=16, walltime_s=600), SPECS, _fed(), now=NOW)
+    assert d.chosen.predicted_wait_s == 0
+    assert d.chosen.waste == 0  # a CPU-only partition, no GPUs stranded
+    assert (d.chosen.site, d.chosen.partition) == ("delta", "cpu")
+    assert d.chosen.shape.cpus == 8 and d.chosen.shape.gpus == 0 and d.chosen.shape.mem_gb == 16
+    # Vista's GPU partitions are rejected for a CPU task because Vista has a CPU partition
+    reasons = {(r.site, r.partition): r.reason for r in d.rejected}
+    assert "CPU-only task" in reasons[("vista", "gh")]
+
+
+def test_one_gpu_task_prefers_best_fit_node() -> None:
+    d = place(ResourceEnvelope(gpus_min=1, cpus_min=4, mem_gb_min=8), SPECS, _fed(), now=NOW)
+    # every GPU partition is idle; best fit is a 1-GPU-per-node partition (Vista gh/gh-dev)
+    assert d.chosen.site == "vista" and d.chosen.partition in ("gh", "gh-dev")
+    assert d.chosen.shape.gpu_type == "gh200"
+
+
+def test_full_queue_is_avoided_and_trace_says_why() -> None:
+    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
+    idle = place(env, SPECS, _fed(), now=NOW)
+    assert idle.chosen.site in ("delta", "anvil")
+    busy = _fed(delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2},
+                                     pending={"gpuA100x4": 3}))
+    d = place(env, SPECS, busy, now=NOW)
+    assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")
+    delta = next(c for c in d.candidates if c.site == "delta")
+    assert delta.predicted_wait_s >= 3600
+    assert "3 pending ahead" in delta.why
+    text = d.explain()
+    assert "not delta/gpuA100x4: predicted wait" in text
+    assert "GPU type h100 not in ['a100']" in text  # anvil/ai rejected, with the reason
+
+
+def test_wait_is_time_until_running_jobs_free_enough() -> None:
+    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64,
+                           sites=("delta",))
+    snap = _fed(delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}))
+    d = place(env, SPECS, snap, now=NOW)
+    assert d.chosen.predicted_wait_s == pytest.approx(3600)
+
+
+def test_unreachable_site_is_rejected_not_fatal() -> None:
+    snap = _fed(vista=_site_snapshot(_spec("vista"), reachable=False))
+    d = place(ResourceEnvelope(gpus_min=1, gpu_types=("gh200",)), SPECS, snap, now=NOW)
+    assert d.chosen.site == "deltaai"
+    assert any(r.site == "vista" and "probe timed out" in r.reason for r in d.rejected)
+
+
+def test_no_site_has_eight_h100_per_node() -> None:
+    with pytest.raises(NoFeasibleSiteError) as err:
+        place(ResourceEnvelope(gpus_min=8, gpu_types=("h100",)), SPECS, _fed(), now=NOW)
+    msg = str(err.value)
+    assert "anvil/ai: 4 GPUs per node, envelope needs 8 h100" in msg
+    assert "Relax the envelope" in msg
+    assert err.value.reasons["delta/cpu"] == "no GPUs (envelope needs 8)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"cpus_min": 8, "cpus_max": 4}, "cpus_min=8 is larger than cpus_max=4"),
+        ({"gpus_min": -1}, "gpus_min"),
+        ({"walltime_s": 10}, "walltime_s"),
+        ({"mem_gb_min": 1e9}, "mem_gb_min"),
+        ({"gpu_types": ("A100",), "gpus_min": 1}, "lowercase"),
+        ({"gpu_types": ("a100",)}, "gpus_min=0"),
+        ({"account": "x; rm -rf /"}, "account"),
+    ],
+)
+def test_bad_envelopes_raise_named_errors(kwargs: dict[str, object], needle: str) -> None:
+    with pytest.raises(BadEnvelopeError, match="invalid resource envelope") as err:
+        ResourceEnvelope(**kwargs)  # type: ignore[arg-type]
+    assert needle in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_unknown_gpu_type_lists_known_ones() -> None:
+    with pytest.raises(BadEnvelopeError, match=r"unknown GPU type\(s\) \['b200'\]") as err:
+        place(ResourceEnvelope(gpus_min=1, gpu_types=("b200",)), SPECS, _fed(), now=NOW)
+    assert "'a100'" in str(err.value) and "'gh200'" in str(err.value)
+
+
+def test_shape_respects_walltime_and_arch() -> None:
+    vista = _spec("vista")
+    env = ResourceEnvelope(gpus_min=1, walltime_s=4 * 3600)
+    assert shape_in(env, vista, vista.partition("gh-dev")) == "max walltime 7200 s < 14400 s needed"
+    arm_only = ResourceEnvelope(arch=("aarch64",))
+    assert isinstance(shape_in(arm_only, _spec("delta"), _spec("delta").partition("cpu")), str)
+
+
+def test_format_walltime() -> None:
+    assert format_walltime(90) == "00:01:30"
+    assert format_walltime(49 * 3600 + 61) == "49:01:01"
+    with pytest.raises(ValueError):
+        format_walltime(-1)
