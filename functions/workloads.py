@@ -36,3 +36,8 @@ def report_allocation(work_s: float = 0.5) -> dict[str, Any]:
 def fail_with(message: str) -> None:
     """Raise inside the job: shows how a remote failure and its traceback come back."""
     raise RuntimeError(message)
+
+
+def square(x: int) -> int:
+    """The smallest useful task: for round-trip tests and dispatch benchmarks."""
+    return x * x

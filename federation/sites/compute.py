@@ -27,11 +27,16 @@ ExecutorFactory = Callable[[uuid.UUID, Client, dict[str, Any], uuid.UUID], Execu
 Canceller = Callable[[str], bool]
 
 
-def cloud_executor(endpoint_id: uuid.UUID, client: Client, uec: dict[str, Any],
-                   task_group_id: uuid.UUID) -> Executor:
+def cloud_executor(
+    endpoint_id: uuid.UUID, client: Client, uec: dict[str, Any], task_group_id: uuid.UUID
+) -> Executor:
     """Executor for a real endpoint through the Globus Compute cloud."""
-    return Executor(endpoint_id=endpoint_id, client=client, user_endpoint_config=uec,
-                    task_group_id=task_group_id)
+    return Executor(
+        endpoint_id=endpoint_id,
+        client=client,
+        user_endpoint_config=uec,
+        task_group_id=task_group_id,
+    )
 
 
 class ComputeSite:
@@ -45,6 +50,7 @@ class ComputeSite:
         executor_factory: ExecutorFactory = cloud_executor,
         task_group_id: uuid.UUID | None = None,
         canceller: Canceller | None = None,
+        probe_fn: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.spec = spec
         self.endpoint_id = endpoint_id
@@ -52,6 +58,7 @@ class ComputeSite:
         self.task_group_id = task_group_id or uuid.uuid4()
         self._factory = executor_factory
         self._canceller = canceller
+        self._probe_fn = probe_fn
         self._executors: dict[str, Executor] = {}
         self._lock = threading.Lock()
 
@@ -72,20 +79,26 @@ class ComputeSite:
     def probe(self) -> Future[dict[str, Any]]:
         from functions.probes import probe_slurm
 
-        fut: Future[dict[str, Any]] = self.executor({"profile": "probe"}).submit(probe_slurm)
+        fn = self._probe_fn or probe_slurm
+        fut: Future[dict[str, Any]] = self.executor({"profile": "probe"}).submit(fn)
         return fut
 
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
         uec = shape_to_user_config(
-            partition=shape.partition, nodes=shape.nodes, cpus=shape.cpus,
-            mem_gb=shape.mem_gb, gpus=shape.gpus, walltime_s=shape.walltime_s,
+            partition=shape.partition,
+            nodes=shape.nodes,
+            cpus=shape.cpus,
+            mem_gb=shape.mem_gb,
+            gpus=shape.gpus,
+            walltime_s=shape.walltime_s,
             account=shape.account,
         )
         ex = self.executor(uec)
         if isinstance(task, ShellTask):
             fut: Future[Any] = ex.submit(
-                ShellFunction(task.command, snippet_lines=task.snippet_lines,
-                              name=task.name or None)
+                ShellFunction(
+                    task.command, snippet_lines=task.snippet_lines, name=task.name or None
+                )
             )
         elif isinstance(task, PythonTask):
             fut = ex.submit(task.fn, *task.args, **task.kwargs)
