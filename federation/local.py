@@ -46,17 +46,18 @@ class LocalSites:
         t2 = time.monotonic()
         return {"slurm_s": round(t1 - t0, 2), "endpoints_s": round(t2 - t1, 2)}
 
-    def down(self) -> None:
-        for spec in self.specs:
-            self.daemons.stop(spec.name)
-        self.slurm.down()
+    def down(self) -> list[str]:
+        """Stop the endpoints, then the Slurm daemons; returns what was stopped."""
+        stopped = [f"endpoint-{s.name}" for s in self.specs if self.daemons.stop(s.name)]
+        return stopped + self.slurm.down()
 
     def connect(self, *, telemetry: bool = True, **coordinator_kwargs: Any) -> Coordinator:
         """A coordinator whose sites are reached through the real Globus Compute SDK."""
         service = self.service = LocalComputeService()
         for spec in self.specs:
-            service.add_endpoint(local_endpoint_id(spec.name), spec.name,
-                                 self.daemons.run_dir(spec.name))
+            service.add_endpoint(
+                local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)
+            )
         client = service.client()
         task_group = uuid.uuid4()
 
@@ -67,8 +68,14 @@ class LocalSites:
             return service.cancel(task_id)[0]
 
         backends = [
-            ComputeSite(spec, local_endpoint_id(spec.name), client, executor_factory=factory,
-                        task_group_id=task_group, canceller=cancel)
+            ComputeSite(
+                spec,
+                local_endpoint_id(spec.name),
+                client,
+                executor_factory=factory,
+                task_group_id=task_group,
+                canceller=cancel,
+            )
             for spec in self.specs
         ]
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None

@@ -1,0 +1,147 @@
+"""Register clusters, each site's default account and the current user with slurmdbd.
+
+Idempotent: two queries read what exists and only the missing pieces are added. The site's
+``default_account`` becomes the user's default account on that cluster. Slurm stores account
+names in lowercase (``ASC23000`` -> ``asc23000``), so comparisons are case-insensitive.
+
+Each sacctmgr request costs ~0.2 s on loopback (slurmdbd's small writes meet delayed ACKs),
+so the per-site commands of one step run in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from federation.localslurm.binaries import which
+from federation.localslurm.commands import check_slurm
+from federation.localslurm.errors import SlurmCommandError
+from federation.sites.spec import SiteSpec
+
+logger = logging.getLogger(__name__)
+
+_ALREADY = ("Nothing new added", "already exists")
+"""sacctmgr exits 1 with these when someone else added the same thing first."""
+
+
+def _clusters(env: Mapping[str, str]) -> set[str]:
+    out = check_slurm(["sacctmgr", "-nP", "show", "clusters", "format=cluster"], env).stdout
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def _user_assocs(env: Mapping[str, str], user: str) -> dict[tuple[str, str], str]:
+    """(cluster, account) -> the user's default account on that cluster."""
+    out = check_slurm(
+        [
+            "sacctmgr",
+            "-nP",
+            "show",
+            "users",
+            "withassoc",
+            "where",
+            f"name={user}",
+            "format=cluster,account,defaultaccount",
+        ],
+        env,
+    ).stdout
+    rows = (line.split("|") for line in out.splitlines() if line.strip())
+    return {(r[0], r[1].lower()): r[2].lower() for r in rows if len(r) >= 3}
+
+
+def _accounts(env: Mapping[str, str]) -> set[tuple[str, str]]:
+    out = check_slurm(
+        ["sacctmgr", "-nP", "show", "associations", "where", "user=", "format=cluster,account"],
+        env,
+    ).stdout
+    rows = (line.split("|") for line in out.splitlines() if line.strip())
+    return {(r[0], r[1].lower()) for r in rows if len(r) >= 2}
+
+
+def _parallel(commands: list[list[str]], env: Mapping[str, str]) -> None:
+    """Run ``sacctmgr -i <args>`` for each command at once; raise if any failed."""
+    procs = [
+        (
+            cmd,
+            subprocess.Popen(
+                [which("sacctmgr"), "-i", *cmd],
+                env=dict(env),
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            ),
+        )
+        for cmd in commands
+    ]
+    errors = []
+    for cmd, p in procs:
+        out, _ = p.communicate(timeout=60)
+        if p.returncode != 0 and not any(m in out for m in _ALREADY):
+            errors.append(f"`sacctmgr -i {' '.join(cmd)}` (status {p.returncode}): {out.strip()}")
+    if errors:
+        raise SlurmCommandError("could not register with slurmdbd: " + "; ".join(errors))
+
+
+def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> list[str]:
+    """Make sure every site's cluster, account and user association exist.
+
+    ``env`` must name a slurm.conf whose accounting settings point at the slurmdbd.
+    Returns the ``sacctmgr`` commands that were run (empty when everything was there).
+    """
+    full_env = {**os.environ, **env}
+    with ThreadPoolExecutor(3) as pool:  # three queries at once: each waits on the network
+        clusters_f = pool.submit(_clusters, full_env)
+        accounts_f = pool.submit(_accounts, full_env)
+        assocs_f = pool.submit(_user_assocs, full_env, user)
+        clusters, accounts, assocs = clusters_f.result(), accounts_f.result(), assocs_f.result()
+    steps: list[list[list[str]]] = []
+    missing = [s.name for s in sites if s.name not in clusters]
+    if missing:
+        steps.append([["add", "cluster", ",".join(missing)]])
+    add_accounts, add_users, set_defaults = [], [], []
+    for s in sites:
+        acct = s.default_account.lower()
+        if (s.name, acct) not in accounts:
+            add_accounts.append(
+                [
+                    "add",
+                    "account",
+                    acct,
+                    f"cluster={s.name}",
+                    f"description={s.name} default account",
+                    f"organization={s.institution.lower()}",
+                ]
+            )
+        if (s.name, acct) not in assocs:
+            add_users.append(
+                [
+                    "add",
+                    "user",
+                    user,
+                    f"account={acct}",
+                    f"cluster={s.name}",
+                    f"defaultaccount={acct}",
+                ]
+            )
+        elif assocs[(s.name, acct)] != acct:
+            set_defaults.append(
+                [
+                    "modify",
+                    "user",
+                    "where",
+                    f"name={user}",
+                    f"cluster={s.name}",
+                    "set",
+                    f"defaultaccount={acct}",
+                ]
+            )
+    steps += [cmds for cmds in (add_accounts, add_users + set_defaults) if cmds]
+    for cmds in steps:
+        _parallel(cmds, full_env)
+    done = [" ".join(c) for cmds in steps for c in cmds]
+    if done:
+        logger.info("slurmdbd registrations: %s", "; ".join(done))
+    return done

@@ -1,0 +1,122 @@
+"""The emulated nodes of one site's cluster: names, ports and sizes, from its SiteSpec."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field
+
+from federation._model import Frozen
+from federation.localslurm.layout import Ports, site_index
+from federation.sites.spec import PartitionSpec, SiteSpec
+
+
+class NodeSpec(Frozen):
+    """One emulated node (one ``slurmd -N name``)."""
+
+    name: str
+    port: int = Field(gt=0, lt=65536)
+    partition: str
+    cpus: int = Field(gt=0)
+    real_memory_mb: int = Field(gt=0)
+    gpus: int = Field(ge=0)
+    gpu_type: str | None
+    features: tuple[str, ...]
+
+    @property
+    def gres(self) -> str | None:
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpus and self.gpu_type else None
+
+
+class PartitionLayout(Frozen):
+    """A partition as slurm.conf states it."""
+
+    name: str
+    nodes: tuple[str, ...]
+    max_time: str
+    def_mem_per_cpu_mb: int = Field(gt=0)
+    default: bool
+
+
+class ClusterSpec(Frozen):
+    """Everything slurm.conf needs to know about a site's cluster."""
+
+    site: SiteSpec
+    ctld_port: int
+    nodes: tuple[NodeSpec, ...]
+    partitions: tuple[PartitionLayout, ...]
+
+    @property
+    def name(self) -> str:
+        return self.site.name
+
+    @property
+    def gpu_tres(self) -> list[str]:
+        """``gres/gpu`` plus one ``gres/gpu:<type>`` per GPU type, for accounting."""
+        return ["gres/gpu", *(f"gres/gpu:{t}" for t in sorted(self.site.gpu_types))]
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"cluster {self.name} has no node {name!r}")
+
+
+def node_slug(partition: str) -> str:
+    """Lowercase hostname-safe form of a partition name (``gpuA100x4`` -> ``gpua100x4``)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", partition.lower()).strip("-")
+    return slug or "p"
+
+
+def node_name(site: str, partition: str, index: int) -> str:
+    """``<site>-<partition slug>-<NN>``, counting from 01 (``delta-gpua100x4-01``)."""
+    return f"{site}-{node_slug(partition)}-{index:02d}"
+
+
+def slurm_duration(seconds: int) -> str:
+    """Seconds as Slurm's ``D-HH:MM:SS`` (172800 -> ``2-00:00:00``)."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def _def_mem_per_cpu(p: PartitionSpec) -> int:
+    return max(1, p.mem_gb_per_node * 1024 // p.cpus_per_node)
+
+
+def cluster_spec(site: SiteSpec, ports: Ports) -> ClusterSpec:
+    """Lay out ``site`` as a cluster: ``nodes_local`` nodes per partition, one port each."""
+    idx = site_index(site.name)
+    slugs = [node_slug(p.name) for p in site.partitions]
+    if len(set(slugs)) != len(slugs):
+        raise ValueError(f"site {site.name}: partition names collide as node names: {slugs}")
+    nodes: list[NodeSpec] = []
+    partitions: list[PartitionLayout] = []
+    for i, p in enumerate(site.partitions):
+        names = [node_name(site.name, p.name, k + 1) for k in range(p.nodes_local)]
+        for name in names:
+            nodes.append(
+                NodeSpec(
+                    name=name,
+                    port=ports.slurmd(idx, len(nodes)),
+                    partition=p.name,
+                    cpus=p.cpus_per_node,
+                    real_memory_mb=p.mem_gb_per_node * 1024,
+                    gpus=p.gpus_per_node,
+                    gpu_type=p.gpu_type,
+                    features=p.features,
+                )
+            )
+        partitions.append(
+            PartitionLayout(
+                name=p.name,
+                nodes=tuple(names),
+                max_time=slurm_duration(p.max_walltime_s),
+                def_mem_per_cpu_mb=_def_mem_per_cpu(p),
+                default=i == 0,
+            )
+        )
+    return ClusterSpec(
+        site=site, ctld_port=ports.slurmctld(idx), nodes=tuple(nodes), partitions=tuple(partitions)
+    )

@@ -1,0 +1,380 @@
+"""The local Slurm federation: rendered configs (fast) and the real clusters (``slurm``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from federation.errors import SiteUnavailableError, UnknownSiteError
+from federation.localslurm import LocalFederation, MissingBinaryError
+from federation.localslurm.cluster import node_ready
+from federation.localslurm.layout import Layout, Ports
+from federation.localslurm.process import pid_running
+from federation.localslurm.render import render_site, render_slurmdbd
+from federation.localslurm.topology import ClusterSpec, cluster_spec, node_name, slurm_duration
+from federation.sites.spec import SiteSpec, load_sites
+
+SPECS = load_sites()
+
+
+def _conf_lines(text: str, key: str) -> list[dict[str, str]]:
+    """``key=...`` lines of a Slurm config file, as dicts of their ``k=v`` words."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(f"{key}="):
+            out.append(dict(word.split("=", 1) for word in line.split()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    layout = Layout.for_home(tmp_path_factory.mktemp("home"))
+    return {s.name: render_site(cluster_spec(s, Ports()), layout, Ports(), "tester") for s in SPECS}
+
+
+# ---------------------------------------------------------------- fast: rendered configs
+
+
+def test_every_site_renders_one_cluster(rendered: dict[str, dict[str, str]]) -> None:
+    assert set(rendered) == {"delta", "deltaai", "anvil", "vista", "local"}
+    for site, files in rendered.items():
+        conf = files["slurm.conf"]
+        assert f"ClusterName={site}\n" in conf
+        assert "SlurmdSpoolDir=" in conf and "/spool/%n" in conf
+        assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+        assert "SelectType=select/cons_tres" in conf
+        assert re.search(r"^SchedulerParameters=bf_interval=\d", conf, re.M)
+        assert "AuthInfo=socket=" in conf and "AccountingStoragePass=" in conf
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_node_lines_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str, str]]) -> None:
+    nodes = _conf_lines(rendered[spec.name]["slurm.conf"], "NodeName")
+    assert len(nodes) == sum(p.nodes_local for p in spec.partitions)
+    by_name = {n["NodeName"]: n for n in nodes}
+    for p in spec.partitions:
+        for i in range(1, p.nodes_local + 1):
+            node = by_name[node_name(spec.name, p.name, i)]
+            assert node["NodeHostname"] == "localhost" and node["NodeAddr"] == "127.0.0.1"
+            assert node["CPUs"] == str(p.cpus_per_node)
+            assert node["RealMemory"] == str(p.mem_gb_per_node * 1024)
+            assert node["Features"] == ",".join(p.features)
+            if p.gpu_type:
+                assert node["Gres"] == f"gpu:{p.gpu_type}:{p.gpus_per_node}"
+            else:
+                assert "Gres" not in node
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_partitions_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str, str]]) -> None:
+    parts = _conf_lines(rendered[spec.name]["slurm.conf"], "PartitionName")
+    assert [p["PartitionName"] for p in parts] == [p.name for p in spec.partitions]
+    for line, p in zip(parts, spec.partitions, strict=True):
+        assert line["MaxTime"] == slurm_duration(p.max_walltime_s)
+        assert line["DefMemPerCPU"] == str(p.mem_gb_per_node * 1024 // p.cpus_per_node)
+        assert line["Nodes"].split(",") == [
+            node_name(spec.name, p.name, i) for i in range(1, p.nodes_local + 1)
+        ]
+    assert [p["Default"] for p in parts].count("YES") == 1
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_gres_conf_gives_every_gpu_a_device_file(
+    spec: SiteSpec, rendered: dict[str, dict[str, str]]
+) -> None:
+    gres = _conf_lines(rendered[spec.name]["gres.conf"], "NodeName")
+    gpu_nodes = {
+        node_name(spec.name, p.name, i): p
+        for p in spec.partitions
+        if p.gpu_type
+        for i in range(1, p.nodes_local + 1)
+    }
+    assert {g["NodeName"] for g in gres} == set(gpu_nodes)
+    for g in gres:
+        p = gpu_nodes[g["NodeName"]]
+        assert g["Name"] == "gpu" and g["Type"] == p.gpu_type
+        m = re.search(r"/nvidia(?:(\d)|\[0-(\d)\])$", g["File"])
+        assert m is not None, g["File"]
+        assert (1 if m.group(1) else int(m.group(2)) + 1) == p.gpus_per_node
+    if spec.gpu_types:
+        tres = re.search(r"^AccountingStorageTRES=(.*)$", rendered[spec.name]["slurm.conf"], re.M)
+        assert tres is not None
+        assert {"gres/gpu", *(f"gres/gpu:{t}" for t in spec.gpu_types)} <= set(
+            tres.group(1).split(",")
+        )
+
+
+def test_ports_are_unique_across_sites() -> None:
+    ports = Ports()
+    clusters = [cluster_spec(s, ports) for s in SPECS]
+    used = [ports.mariadb, ports.slurmdbd]
+    for c in clusters:
+        used += [c.ctld_port, *(n.port for n in c.nodes)]
+    assert len(used) == len(set(used))
+    assert all(1024 < p < 32768 for p in used)  # below the ephemeral range
+
+
+def test_node_names_are_readable_and_unique() -> None:
+    names = [n.name for s in SPECS for n in cluster_spec(s, Ports()).nodes]
+    assert len(names) == len(set(names))
+    assert all(re.fullmatch(r"[a-z][a-z0-9-]*-\d\d", n) for n in names), names
+    assert "delta-gpua100x4-01" in names and "vista-gh-dev-01" in names
+
+
+def test_slurm_duration() -> None:
+    assert slurm_duration(172800) == "2-00:00:00"
+    assert slurm_duration(7200) == "0-02:00:00"
+    assert slurm_duration(90061) == "1-01:01:01"
+
+
+def test_slurmdbd_conf_points_at_private_mariadb(tmp_path: Path) -> None:
+    layout, ports = Layout.for_home(tmp_path), Ports(20000)
+    text = render_slurmdbd(layout, ports, "tester", "slurm", "secret")
+    assert "DbdPort=20001\n" in text and "StoragePort=20000\n" in text
+    assert "StorageHost=127.0.0.1\n" in text and "StoragePass=secret\n" in text
+    assert f"AuthInfo=socket={layout.munge_socket}\n" in text
+
+
+def test_socket_paths_stay_short(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*(["very-long-folder-name"] * 6))
+    layout = Layout.for_home(deep)
+    assert len(str(layout.munge_socket)) < 100 and len(str(layout.db_socket)) < 100
+    assert layout.run_dir != layout.root / "run"
+
+
+def test_node_ready_states() -> None:
+    for ok in ("idle", "mixed", "allocated", "drained", "completing", "idle~"):
+        assert node_ready(ok), ok
+    for bad in ("down", "down*", "idle*", "unknown", "inval", "missing"):
+        assert not node_ready(bad), bad
+
+
+def test_zombie_counts_as_stopped() -> None:
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 5
+        while pid_running(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pid_running(child.pid)  # exited but not reaped yet: a zombie
+    finally:
+        child.wait()
+
+
+def test_env_slurm_conf_and_unknown_site(tmp_path: Path) -> None:
+    fed = LocalFederation(home=tmp_path, sites=["local", "delta"])
+    assert fed.sites == ["local", "delta"]
+    assert fed.env("delta") == {"SLURM_CONF": str(fed.slurm_conf("delta"))}
+    assert fed.slurm_conf("delta") == tmp_path.resolve() / "slurm/sites/delta/etc/slurm.conf"
+    with pytest.raises(UnknownSiteError):
+        fed.env("nowhere")
+
+
+def test_missing_binary_says_what_to_do() -> None:
+    err = MissingBinaryError("slurmctld", "slurm-wlm")
+    assert isinstance(err, SiteUnavailableError)
+    assert "scripts/bootstrap.sh" in str(err) and "slurm-wlm" in str(err)
+
+
+def test_status_without_daemons(tmp_path: Path) -> None:
+    from federation.cli_sites import sites_app
+
+    result = CliRunner().invoke(
+        sites_app, ["status", "--json", "--home", str(tmp_path), "--site", "local"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (site,) = doc["sites"]
+    assert site["site"] == "local" and site["controller_up"] is False
+    assert site["nodes_total"] == 3 and "federation sites up" in site["error"]
+    assert {d["name"] for d in doc["services"]} == {"munged", "mariadbd", "slurmdbd"}
+    assert not any(d["running"] for d in doc["services"])
+
+
+# ---------------------------------------------------------------- slurm: real clusters
+
+
+@pytest.fixture()
+def fed(local_federation: Any) -> LocalFederation:
+    assert isinstance(local_federation, LocalFederation)
+    return local_federation
+
+
+@pytest.fixture()
+def jobs(fed: LocalFederation) -> Iterator[list[tuple[str, str]]]:
+    """(site, job id) of submitted jobs; cancelled after the test."""
+    submitted: list[tuple[str, str]] = []
+    yield submitted
+    for site, job in submitted:
+        fed.run(site, ["scancel", job])
+
+
+def _sbatch(fed: LocalFederation, site: str, args: list[str], jobs: list[tuple[str, str]]) -> str:
+    proc = fed.run(site, ["sbatch", "--parsable", *args])
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    jobs.append((site, job))
+    return job
+
+
+def _wait_gone(fed: LocalFederation, site: str, job: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = fed.run(site, ["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+        if state in ("", "COMPLETED", "FAILED", "CANCELLED"):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"job {job} on {site} still {state} after {timeout_s} s")
+
+
+def _cluster(fed: LocalFederation, site: str) -> ClusterSpec:
+    return fed.clusters[site].spec
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_sinfo_partitions_and_nodes(fed: LocalFederation, spec: SiteSpec) -> None:
+    out = fed.run(spec.name, ["sinfo", "-h", "-o", "%R|%D|%l"]).stdout
+    counts: dict[str, int] = {}
+    for line in out.split():
+        part, n, _limit = line.split("|")
+        counts[part] = counts.get(part, 0) + int(n)
+    assert counts == {p.name: p.nodes_local for p in spec.partitions}
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_gpu_gres_and_features_per_node(fed: LocalFederation, spec: SiteSpec) -> None:
+    out = fed.run(spec.name, ["sinfo", "-N", "-h", "-o", "%N|%G|%f"]).stdout
+    rows = {n: (g, f) for n, g, f in (line.split("|") for line in out.split())}
+    for node in _cluster(fed, spec.name).nodes:
+        gres, features = rows[node.name]
+        assert (gres.split("(")[0] if node.gres else gres) == (node.gres or "(null)")
+        assert features.split(",") == list(node.features)
+
+
+@pytest.mark.slurm
+def test_shaped_job_sees_its_allocation(
+    fed: LocalFederation, jobs: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    spec = fed.clusters["delta"].spec.site
+    out = tmp_path / "env.txt"
+    job = _sbatch(
+        fed,
+        "delta",
+        [
+            "--partition=gpuA100x4",
+            "--gres=gpu:a100:2",
+            "--cpus-per-task=4",
+            "--mem=8G",
+            f"--account={spec.default_account}",
+            "--time=5",
+            f"--output={out}",
+            f"--chdir={tmp_path}",
+            "--wrap",
+            "env | sort",
+        ],
+        jobs,
+    )
+    _wait_gone(fed, "delta", job)
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    assert env["SLURM_JOB_PARTITION"] == "gpuA100x4"
+    assert env["SLURM_CPUS_PER_TASK"] == "4" and env["SLURM_CPUS_ON_NODE"] == "4"
+    assert env["SLURM_MEM_PER_NODE"] == "8192"
+    assert env["SLURM_JOB_GPUS"] == "0,1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["SLURM_JOB_ACCOUNT"] == spec.default_account.lower()
+    assert env["SLURM_JOB_NODELIST"].startswith("delta-gpua100x4-")
+
+    deadline, state = time.monotonic() + 15, ""
+    while time.monotonic() < deadline:  # the completion record reaches slurmdbd shortly after
+        state = fed.run(
+            "delta", ["sacct", "-n", "-X", "-P", "-j", job, "-o", "state,partition,alloctres"]
+        ).stdout.strip()
+        if state.startswith("COMPLETED|gpuA100x4|"):
+            break
+        time.sleep(0.2)
+    status, partition, tres = state.split("|")
+    assert status == "COMPLETED" and partition == "gpuA100x4"
+    assert "gres/gpu:a100=2" in tres and "cpu=4" in tres
+
+
+@pytest.mark.slurm
+def test_wrong_account_is_rejected(fed: LocalFederation) -> None:
+    proc = fed.run("vista", ["sbatch", "--account=nobody-here", "--wrap", "true"])
+    assert proc.returncode != 0 and "Invalid account" in proc.stderr
+
+
+@pytest.mark.slurm
+def test_squeue_start_estimate_behind_full_partition(
+    fed: LocalFederation, jobs: list[tuple[str, str]]
+) -> None:
+    common = ["--partition=gh-dev", "--exclusive", "--time=2", "--output=/dev/null"]
+    _sbatch(fed, "vista", [*common, "--wrap", "sleep 60"], jobs)
+    waiter = _sbatch(fed, "vista", [*common, "--wrap", "true"], jobs)
+    deadline, start = time.monotonic() + 15, "N/A"
+    while time.monotonic() < deadline:
+        start = fed.run("vista", ["squeue", "--start", "-h", "-j", waiter, "-o", "%S"]).stdout
+        start = start.strip()
+        if start not in ("", "N/A"):
+            break
+        time.sleep(0.2)
+    assert datetime.fromisoformat(start) > datetime.now()
+
+
+@pytest.mark.slurm
+def test_one_slurmdbd_serves_all_clusters(fed: LocalFederation) -> None:
+    out = fed.run("local", ["squeue", "-M", "all"]).stdout
+    for spec in SPECS:
+        assert f"CLUSTER: {spec.name}" in out
+    clusters = fed.run("local", ["sacctmgr", "-nP", "show", "clusters", "format=cluster"]).stdout
+    assert {s.name for s in SPECS} <= set(clusters.split())
+
+
+@pytest.mark.slurm
+def test_up_again_is_idempotent_and_fast(fed: LocalFederation) -> None:
+    pids = {d.name: d.pid() for c in fed.clusters.values() for d in c.daemons()}
+    t0 = time.monotonic()
+    steps = fed.up()
+    assert time.monotonic() - t0 < 3 and steps["total"] < 3
+    assert {d.name: d.pid() for c in fed.clusters.values() for d in c.daemons()} == pids
+
+
+@pytest.mark.slurm
+def test_up_restarts_only_a_dead_daemon(fed: LocalFederation) -> None:
+    cluster = fed.clusters["deltaai"]
+    victim = cluster.slurmd(cluster.spec.nodes[-1].name)
+    others = {d.name: d.pid() for c in fed.clusters.values() for d in c.daemons()}
+    old = victim.signal_stop()
+    assert old is not None
+    deadline = time.monotonic() + 10
+    while pid_running(old) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fed.up()
+    new = {d.name: d.pid() for c in fed.clusters.values() for d in c.daemons()}
+    assert new[victim.name] not in (None, old)
+    assert {k: v for k, v in new.items() if k != victim.name} == {
+        k: v for k, v in others.items() if k != victim.name
+    }
+
+
+@pytest.mark.slurm
+def test_status_reports_every_site_up(fed: LocalFederation) -> None:
+    statuses = {s.site: s for s in fed.status()}
+    assert set(statuses) == set(fed.sites)
+    for site, st in statuses.items():
+        assert st.controller_up and st.error is None, st
+        assert st.nodes_total == len(_cluster(fed, site).nodes)
+        assert sum(st.nodes_by_state.values()) == st.nodes_total
+        assert all(node_ready(s) for s in st.nodes_by_state), st.nodes_by_state
+        assert st.slurm_conf == fed.slurm_conf(site) and st.slurm_conf.is_file()
+    assert all(d.running for d in fed.services())
+    conf = fed.run("anvil", ["scontrol", "show", "config"]).stdout
+    assert re.search(r"^ClusterName\s*=\s*anvil$", conf, re.M)
