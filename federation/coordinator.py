@@ -76,8 +76,9 @@ class Coordinator:
             self.telemetry.record(snap)
         return snap
 
-    def _site_snapshot(self, name: str, fut: Future[dict[str, Any]] | Exception,
-                       started: float) -> SiteSnapshot:
+    def _site_snapshot(
+        self, name: str, fut: Future[dict[str, Any]] | Exception, started: float
+    ) -> SiteSnapshot:
         if isinstance(fut, Exception):
             return unreachable_snapshot(name, f"probe could not be sent: {fut}")
         remaining = max(0.1, self.probe_timeout_s - (time.monotonic() - started))
@@ -86,8 +87,10 @@ class Coordinator:
         except FutureTimeout:
             fut.cancel()
             return unreachable_snapshot(
-                name, f"probe timed out after {self.probe_timeout_s:.0f} s; "
-                "check the site's endpoint (`federation sites status`)")
+                name,
+                f"probe timed out after {self.probe_timeout_s:.0f} s; "
+                "check the site's endpoint (`federation sites status`)",
+            )
         except Exception as e:
             return unreachable_snapshot(name, f"probe failed: {_first_line(e)}")
         try:
@@ -99,7 +102,7 @@ class Coordinator:
             return unreachable_snapshot(name, f"probe output unreadable: {type(e).__name__}: {e}")
 
     def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot:
-        """The last snapshot if younger than ``max_age_s`` (default: probe interval), else a new one."""
+        """The last snapshot if younger than ``max_age_s`` (default: probe interval), else new."""
         age = self.probe_interval_s if max_age_s is None else max_age_s
         last = self._last_snapshot
         if last is not None and (datetime.now(UTC) - last.taken_at).total_seconds() <= age:
@@ -129,15 +132,25 @@ class Coordinator:
         decision = place(envelope, specs, snap, policy=self.policy)
         shape = decision.chosen.shape
         handle = TaskHandle(
-            id=str(uuid.uuid4()), label=task.label, envelope=envelope, decision=decision,
-            code_hash=code_hash, is_shell=isinstance(task, ShellTask), bus=self.events,
+            id=str(uuid.uuid4()),
+            label=task.label,
+            envelope=envelope,
+            decision=decision,
+            code_hash=code_hash,
+            is_shell=isinstance(task, ShellTask),
+            bus=self.events,
         )
         if on_event is not None:
             handle.add_callback(on_event)
         with self._lock:
             self._handles[handle.id] = handle
-        self.events.emit("task.queued", handle.id, shape.site, shape=shape.describe(),
-                         predicted_wait_s=decision.chosen.predicted_wait_s)
+        self.events.emit(
+            "task.queued",
+            handle.id,
+            shape.site,
+            shape=shape.describe(),
+            predicted_wait_s=decision.chosen.predicted_wait_s,
+        )
         try:
             fut = self.backends[shape.site].submit(task, shape)
         except Exception as e:
@@ -171,8 +184,13 @@ class Coordinator:
             handle.started_at = datetime.now(UTC)
             handle.slurm_job_id = slurm_job_id
         wait = (handle.started_at - handle.submitted_at).total_seconds()
-        self.events.emit("task.started", handle.id, handle.site, slurm_job_id=slurm_job_id,
-                         queue_wait_s=round(wait, 3))
+        self.events.emit(
+            "task.started",
+            handle.id,
+            handle.site,
+            slurm_job_id=slurm_job_id,
+            queue_wait_s=round(wait, 3),
+        )
 
     def _handle_for_compute_id(self, tid: str) -> TaskHandle | None:
         with self._lock:
@@ -194,15 +212,24 @@ class Coordinator:
             return
         value = fut.result()
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
-            self._fail(handle, f"command exited with {value.returncode}",
-                       getattr(value, "stderr", ""), value=value)
+            self._fail(
+                handle,
+                f"command exited with {value.returncode}",
+                getattr(value, "stderr", ""),
+                value=value,
+            )
             return
         with self._lock:
             handle.completed_at = datetime.now(UTC)
             handle.state = "completed"
             handle.value = value
-        self.events.emit("task.completed", handle.id, handle.site,
-                         runtime_s=handle.runtime_s, slurm_job_id=handle.slurm_job_id)
+        self.events.emit(
+            "task.completed",
+            handle.id,
+            handle.site,
+            runtime_s=handle.runtime_s,
+            slurm_job_id=handle.slurm_job_id,
+        )
 
     def _fail(self, handle: TaskHandle, message: str, traceback: str, value: Any = None) -> None:
         with self._lock:
@@ -218,7 +245,9 @@ class Coordinator:
         """The task's result manifest; waits up to ``timeout_s`` for it to finish."""
         h = self._handles.get(handle) if isinstance(handle, str) else handle
         if h is None:
-            raise FederationError(f"unknown task handle {handle!r}; use the id submit_task returned")
+            raise FederationError(
+                f"unknown task handle {handle!r}; use the id submit_task returned"
+            )
         if not h.wait(timeout_s):
             raise TimeoutError(f"task {h.id} ({h.label}) still {h.state} after {timeout_s} s")
         return h.manifest()

@@ -50,8 +50,11 @@ class ResourceEnvelope(Frozen):
 
     @model_validator(mode="after")
     def _bounds_ordered(self) -> ResourceEnvelope:
-        for lo, hi in (("cpus_min", "cpus_max"), ("gpus_min", "gpus_max"),
-                       ("mem_gb_min", "mem_gb_max")):
+        for lo, hi in (
+            ("cpus_min", "cpus_max"),
+            ("gpus_min", "gpus_max"),
+            ("mem_gb_min", "mem_gb_max"),
+        ):
             lo_v, hi_v = getattr(self, lo), getattr(self, hi)
             if hi_v is not None and lo_v > hi_v:
                 raise ValueError(f"{lo}={lo_v} is larger than {hi}={hi_v}; swap or widen them")
@@ -77,8 +80,10 @@ class Shape(Frozen):
 
     def describe(self) -> str:
         gpu = f", {self.gpus}x {self.gpu_type}" if self.gpus else ""
-        return (f"{self.site}/{self.partition}: {self.nodes} node(s) x {self.cpus} CPU, "
-                f"{self.mem_gb} GB{gpu}, {format_walltime(self.walltime_s)}")
+        return (
+            f"{self.site}/{self.partition}: {self.nodes} node(s) x {self.cpus} CPU, "
+            f"{self.mem_gb} GB{gpu}, {format_walltime(self.walltime_s)}"
+        )
 
 
 def format_walltime(seconds: int) -> str:

@@ -55,8 +55,10 @@ class TaskFailedError(FederationError):
 
     def __init__(self, message: str, remote_traceback: str = "") -> None:
         self.remote_traceback = remote_traceback
-        super().__init__(message + (f"\n--- remote traceback ---\n{remote_traceback}"
-                                    if remote_traceback else ""))
+        super().__init__(
+            message
+            + (f"\n--- remote traceback ---\n{remote_traceback}" if remote_traceback else "")
+        )
 
 
 class ProbeError(FederationError):

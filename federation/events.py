@@ -46,11 +46,16 @@ class EventBus:
         with self._lock:
             self._subs.append((callback, task_id))
 
-    def emit(self, kind: EventKind, task_id: str, site: str | None = None,
-             **detail: Any) -> Event:
+    def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
         with self._lock:
-            ev = Event(seq=next(self._seq), kind=kind, task_id=task_id, site=site,
-                       at=datetime.now(UTC), detail=detail)
+            ev = Event(
+                seq=next(self._seq),
+                kind=kind,
+                task_id=task_id,
+                site=site,
+                at=datetime.now(UTC),
+                detail=detail,
+            )
             self._log.append(ev)
             subs = [cb for cb, tid in self._subs if tid is None or tid == task_id]
         for cb in subs:

@@ -55,13 +55,19 @@ class PlacementDecision(Frozen):
     decided_at: datetime
 
     def explain(self) -> str:
-        lines = [f"policy {self.policy}: chose {self.chosen.shape.describe()}",
-                 f"  because: {self.chosen.why}"]
+        lines = [
+            f"policy {self.policy}: chose {self.chosen.shape.describe()}",
+            f"  because: {self.chosen.why}",
+        ]
         for c in self.candidates:
-            if c is self.chosen or (c.site, c.partition) == (self.chosen.site, self.chosen.partition):
+            if c is self.chosen or (c.site, c.partition) == (
+                self.chosen.site,
+                self.chosen.partition,
+            ):
                 continue
-            lines.append(f"  not {c.site}/{c.partition}: predicted wait "
-                         f"{c.predicted_wait_s:.0f} s ({c.why})")
+            lines.append(
+                f"  not {c.site}/{c.partition}: predicted wait {c.predicted_wait_s:.0f} s ({c.why})"
+            )
         for r in self.rejected:
             where = f"{r.site}/{r.partition}" if r.partition else r.site
             lines.append(f"  not {where}: {r.reason}")
@@ -98,8 +104,10 @@ def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) ->
         if envelope.gpu_types and part.gpu_type not in envelope.gpu_types:
             return f"GPU type {part.gpu_type} not in {list(envelope.gpu_types)}"
         if envelope.gpus_min > part.gpus_per_node:
-            return (f"{part.gpus_per_node} GPUs per node, envelope needs "
-                    f"{envelope.gpus_min} {'/'.join(envelope.gpu_types) or 'GPUs'}")
+            return (
+                f"{part.gpus_per_node} GPUs per node, envelope needs "
+                f"{envelope.gpus_min} {'/'.join(envelope.gpu_types) or 'GPUs'}"
+            )
         if envelope.gpu_mem_gb_min and (part.gpu_mem_gb or 0) < envelope.gpu_mem_gb_min:
             return f"{part.gpu_mem_gb} GB per GPU < {envelope.gpu_mem_gb_min} GB needed"
     elif part.gpus_per_node > 0 and any(p.gpus_per_node == 0 for p in site.partitions):
@@ -113,15 +121,21 @@ def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) ->
     if envelope.walltime_s > part.max_walltime_s:
         return f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
     return Shape(
-        site=site.name, partition=part.name, nodes=envelope.nodes, cpus=envelope.cpus_min,
-        mem_gb=max(1, math.ceil(envelope.mem_gb_min)), gpus=envelope.gpus_min,
+        site=site.name,
+        partition=part.name,
+        nodes=envelope.nodes,
+        cpus=envelope.cpus_min,
+        mem_gb=max(1, math.ceil(envelope.mem_gb_min)),
+        gpus=envelope.gpus_min,
         gpu_type=part.gpu_type if envelope.gpus_min else None,
-        walltime_s=envelope.walltime_s, account=envelope.account or site.default_account,
+        walltime_s=envelope.walltime_s,
+        account=envelope.account or site.default_account,
     )
 
 
-def predict_wait(shape: Shape, part: PartitionSnapshot, site: SiteSnapshot,
-                 now: datetime) -> tuple[float, str]:
+def predict_wait(
+    shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+) -> tuple[float, str]:
     """Predicted queue wait (seconds) for ``shape`` in ``part``, and the reasoning.
 
     Fits-now: an idle-enough node exists and nothing is pending in the partition. Otherwise
@@ -131,20 +145,28 @@ def predict_wait(shape: Shape, part: PartitionSnapshot, site: SiteSnapshot,
     """
     nodes = [n for n in site.nodes if n.partition == part.partition and n.usable]
     mem_mb = shape.mem_gb * 1024
-    fitting = [n for n in nodes if n.cpus_free >= shape.cpus and n.mem_mb_free >= mem_mb
-               and n.gpus_free(shape.gpu_type) >= shape.gpus]
+    fitting = [
+        n
+        for n in nodes
+        if n.cpus_free >= shape.cpus
+        and n.mem_mb_free >= mem_mb
+        and n.gpus_free(shape.gpu_type) >= shape.gpus
+    ]
     if len(fitting) >= shape.nodes and part.jobs_pending == 0:
         n = fitting[0]
-        return 0.0, (f"fits now on {n.name} ({n.cpus_free} CPUs, "
-                     f"{n.mem_mb_free // 1024} GB, {n.gpus_free(shape.gpu_type)} GPUs free), "
-                     "nothing pending")
+        return 0.0, (
+            f"fits now on {n.name} ({n.cpus_free} CPUs, "
+            f"{n.mem_mb_free // 1024} GB, {n.gpus_free(shape.gpu_type)} GPUs free), "
+            "nothing pending"
+        )
     if not nodes:
         return math.inf, "no usable nodes (all down or drained)"
 
     jobs = [j for j in site.jobs if j.partition == part.partition]
     pending = [j for j in jobs if j.state == "pending"]
-    running = sorted((j for j in jobs if j.state == "running"),
-                     key=lambda j: (j.end_time or now).timestamp())
+    running = sorted(
+        (j for j in jobs if j.state == "running"), key=lambda j: (j.end_time or now).timestamp()
+    )
     gpu_key = shape.gpu_type
     free_cpus = sum(n.cpus_free for n in nodes)
     free_gpus = sum(n.gpus_free(gpu_key) for n in nodes)
@@ -162,10 +184,12 @@ def predict_wait(shape: Shape, part: PartitionSnapshot, site: SiteSnapshot,
             end = datetime.fromtimestamp((j.start_time or now).timestamp() + limit, tz=UTC)
         t_free = max(t_free, end)
     wait = max(0.0, (t_free - now).total_seconds())
-    why = (f"{len(running)} running, {len(pending)} pending ahead; "
-           f"{part.cpus_alloc}/{part.cpus_total} CPUs and "
-           f"{sum(part.gpus_alloc_by_type.values())}/{sum(part.gpus_total_by_type.values())} "
-           "GPUs allocated")
+    why = (
+        f"{len(running)} running, {len(pending)} pending ahead; "
+        f"{part.cpus_alloc}/{part.cpus_total} CPUs and "
+        f"{sum(part.gpus_alloc_by_type.values())}/{sum(part.gpus_total_by_type.values())} "
+        "GPUs allocated"
+    )
     if part.latest_pending_start is not None:
         slurm_wait = (part.latest_pending_start - now).total_seconds()
         if slurm_wait > wait:
@@ -211,8 +235,14 @@ def place(
             rejected.append(Rejection(site=spec.name, reason=f"unhealthy: {err}"))
             continue
         if snap.health.probe_age_s > MAX_PROBE_AGE_S:
-            rejected.append(Rejection(site=spec.name, reason=(
-                f"probe is {snap.health.probe_age_s:.0f} s old (> {MAX_PROBE_AGE_S:.0f} s)")))
+            rejected.append(
+                Rejection(
+                    site=spec.name,
+                    reason=(
+                        f"probe is {snap.health.probe_age_s:.0f} s old (> {MAX_PROBE_AGE_S:.0f} s)"
+                    ),
+                )
+            )
             continue
         for part in spec.partitions:
             shape = shape_in(envelope, spec, part)
@@ -221,28 +251,49 @@ def place(
                 continue
             psnap = snap.partition(part.name)
             if psnap is None:
-                rejected.append(Rejection(site=spec.name, partition=part.name,
-                                          reason="partition missing from the live snapshot"))
+                rejected.append(
+                    Rejection(
+                        site=spec.name,
+                        partition=part.name,
+                        reason="partition missing from the live snapshot",
+                    )
+                )
                 continue
             if psnap.state not in ("up", "unknown"):
-                rejected.append(Rejection(site=spec.name, partition=part.name,
-                                          reason=f"partition is {psnap.state}"))
+                rejected.append(
+                    Rejection(
+                        site=spec.name, partition=part.name, reason=f"partition is {psnap.state}"
+                    )
+                )
                 continue
             wait, why = predict_wait(shape, psnap, snap, now)
             if math.isinf(wait):
                 rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
                 continue
-            candidates.append(Candidate(site=spec.name, partition=part.name, shape=shape,
-                                        predicted_wait_s=wait,
-                                        free_fraction=_free_fraction(psnap, shape),
-                                        waste=_waste(part, shape), why=why))
+            candidates.append(
+                Candidate(
+                    site=spec.name,
+                    partition=part.name,
+                    shape=shape,
+                    predicted_wait_s=wait,
+                    free_fraction=_free_fraction(psnap, shape),
+                    waste=_waste(part, shape),
+                    why=why,
+                )
+            )
     if not candidates:
         raise NoFeasibleSiteError(
             "no site can run this envelope",
             {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
         )
-    candidates.sort(key=lambda c: (c.predicted_wait_s, c.waste, -c.free_fraction, c.site,
-                                   c.partition))
-    return PlacementDecision(policy=policy, chosen=candidates[0], candidates=tuple(candidates),
-                             rejected=tuple(rejected), snapshot_taken_at=snapshot.taken_at,
-                             decided_at=now)
+    candidates.sort(
+        key=lambda c: (c.predicted_wait_s, c.waste, -c.free_fraction, c.site, c.partition)
+    )
+    return PlacementDecision(
+        policy=policy,
+        chosen=candidates[0],
+        candidates=tuple(candidates),
+        rejected=tuple(rejected),
+        snapshot_taken_at=snapshot.taken_at,
+        decided_at=now,
+    )

@@ -17,15 +17,39 @@ from federation._model import Frozen
 # Node states after normalization (suffixes like '*', '~', '#', '@', '-' and '+FLAG' removed;
 # flags kept separately). 'unavailable' covers down, drained, fail, inval, future, power-down.
 NodeStateName = Literal[
-    "idle", "mixed", "allocated", "completing", "draining", "drained", "down",
-    "reserved", "maint", "planned", "unknown",
+    "idle",
+    "mixed",
+    "allocated",
+    "completing",
+    "draining",
+    "drained",
+    "down",
+    "reserved",
+    "maint",
+    "planned",
+    "unknown",
 ]
 UNUSABLE_STATES: frozenset[str] = frozenset({"down", "drained", "maint", "unknown"})
 
 JobStateName = Literal[
-    "pending", "running", "suspended", "completing", "completed", "cancelled", "failed",
-    "timeout", "node_fail", "preempted", "out_of_memory", "boot_fail", "deadline",
-    "requeued", "configuring", "resizing", "held", "unknown",
+    "pending",
+    "running",
+    "suspended",
+    "completing",
+    "completed",
+    "cancelled",
+    "failed",
+    "timeout",
+    "node_fail",
+    "preempted",
+    "out_of_memory",
+    "boot_fail",
+    "deadline",
+    "requeued",
+    "configuring",
+    "resizing",
+    "held",
+    "unknown",
 ]
 
 
@@ -161,8 +185,14 @@ class FederationSnapshot(Frozen):
         rows = []
         for s in self.sites:
             for p in s.partitions:
-                row = p.model_dump(exclude={"gpus_total_by_type", "gpus_alloc_by_type",
-                                            "nodes_by_state", "pending_reasons"})
+                row = p.model_dump(
+                    exclude={
+                        "gpus_total_by_type",
+                        "gpus_alloc_by_type",
+                        "nodes_by_state",
+                        "pending_reasons",
+                    }
+                )
                 row["gpus_total"] = sum(p.gpus_total_by_type.values())
                 row["gpus_alloc"] = sum(p.gpus_alloc_by_type.values())
                 row["gpu_types"] = ",".join(sorted(p.gpus_total_by_type)) or "-"
@@ -171,8 +201,15 @@ class FederationSnapshot(Frozen):
                 row["taken_at"] = s.taken_at
                 rows.append(row)
             if not s.partitions:
-                rows.append({"site": s.site, "partition": None, "reachable": s.health.reachable,
-                             "probe_age_s": s.health.probe_age_s, "taken_at": s.taken_at})
+                rows.append(
+                    {
+                        "site": s.site,
+                        "partition": None,
+                        "reachable": s.health.reachable,
+                        "probe_age_s": s.health.probe_age_s,
+                        "taken_at": s.taken_at,
+                    }
+                )
         return pd.DataFrame(rows)
 
     def nodes_frame(self) -> pd.DataFrame:

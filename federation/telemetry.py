@@ -24,12 +24,16 @@ class Telemetry:
             "CREATE TABLE IF NOT EXISTS site_snapshots (site TEXT NOT NULL, taken_at TEXT NOT NULL,"
             " reachable INTEGER NOT NULL, body TEXT NOT NULL)"
         )
-        self._db.execute("CREATE INDEX IF NOT EXISTS snap_site_time ON site_snapshots(site, taken_at)")
+        self._db.execute(
+            "CREATE INDEX IF NOT EXISTS snap_site_time ON site_snapshots(site, taken_at)"
+        )
         self._lock = threading.Lock()
 
     def record(self, snapshot: FederationSnapshot) -> None:
-        rows = [(s.site, s.taken_at.isoformat(), int(s.health.reachable), s.model_dump_json())
-                for s in snapshot.sites]
+        rows = [
+            (s.site, s.taken_at.isoformat(), int(s.health.reachable), s.model_dump_json())
+            for s in snapshot.sites
+        ]
         with self._lock, self._db:
             self._db.executemany("INSERT INTO site_snapshots VALUES (?, ?, ?, ?)", rows)
 
@@ -48,8 +52,9 @@ class Telemetry:
         snaps = self.sites(site, since)
         if not snaps:
             return pd.DataFrame()
-        frames = [FederationSnapshot(taken_at=s.taken_at, sites=(s,)).partitions_frame()
-                  for s in snaps]
+        frames = [
+            FederationSnapshot(taken_at=s.taken_at, sites=(s,)).partitions_frame() for s in snaps
+        ]
         return pd.concat(frames, ignore_index=True)
 
     def close(self) -> None:

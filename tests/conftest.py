@@ -18,8 +18,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def _slurm_missing_reason() -> str | None:
     for exe in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd"):
         if shutil.which(exe) is None and not Path("/usr/sbin", exe).exists():
-            return (f"{exe} is not installed: run scripts/test as root (it installs slurm-wlm, "
-                    "slurmdbd, munge and mariadb-server)")
+            return (
+                f"{exe} is not installed: run scripts/test as root (it installs slurm-wlm, "
+                "slurmdbd, munge and mariadb-server)"
+            )
     return None
 
 

@@ -23,8 +23,12 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPECS = load_sites()
 
 
-def _site_snapshot(spec: SiteSpec, busy: dict[str, int] | None = None,
-                   pending: dict[str, int] | None = None, reachable: bool = True) -> SiteSnapshot:
+def _site_snapshot(
+    spec: SiteSpec,
+    busy: dict[str, int] | None = None,
+    pending: dict[str, int] | None = None,
+    reachable: bool = True,
+) -> SiteSnapshot:
     """A snapshot of ``spec`` where ``busy[partition]`` nodes are fully allocated by jobs
     ending in 1 h and ``pending[partition]`` whole-node jobs wait behind them."""
     busy, pending = busy or {}, pending or {}
@@ -34,44 +38,79 @@ def _site_snapshot(spec: SiteSpec, busy: dict[str, int] | None = None,
         gtype = p.gpu_type
         for i in range(p.nodes_local):
             full = i < n_busy
-            nodes.append(NodeRecord(
-                name=f"{spec.name}-{p.name}-{i}", partition=p.name,
-                state="allocated" if full else "idle",
-                cpus_total=p.cpus_per_node, cpus_alloc=p.cpus_per_node if full else 0,
-                mem_mb_total=p.mem_gb_per_node * 1024,
-                mem_mb_alloc=p.mem_gb_per_node * 1024 if full else 0,
-                gpus_total_by_type={gtype: p.gpus_per_node} if gtype else {},
-                gpus_alloc_by_type={gtype: p.gpus_per_node if full else 0} if gtype else {},
-            ))
+            nodes.append(
+                NodeRecord(
+                    name=f"{spec.name}-{p.name}-{i}",
+                    partition=p.name,
+                    state="allocated" if full else "idle",
+                    cpus_total=p.cpus_per_node,
+                    cpus_alloc=p.cpus_per_node if full else 0,
+                    mem_mb_total=p.mem_gb_per_node * 1024,
+                    mem_mb_alloc=p.mem_gb_per_node * 1024 if full else 0,
+                    gpus_total_by_type={gtype: p.gpus_per_node} if gtype else {},
+                    gpus_alloc_by_type={gtype: p.gpus_per_node if full else 0} if gtype else {},
+                )
+            )
             if full:
-                jobs.append(JobRecord(
-                    job_id=f"{p.name}{i}", partition=p.name, state="running",
-                    cpus=p.cpus_per_node, gpus=p.gpus_per_node, gpu_type=gtype,
-                    time_limit_s=3600, start_time=NOW, end_time=NOW + timedelta(hours=1)))
+                jobs.append(
+                    JobRecord(
+                        job_id=f"{p.name}{i}",
+                        partition=p.name,
+                        state="running",
+                        cpus=p.cpus_per_node,
+                        gpus=p.gpus_per_node,
+                        gpu_type=gtype,
+                        time_limit_s=3600,
+                        start_time=NOW,
+                        end_time=NOW + timedelta(hours=1),
+                    )
+                )
         for k in range(pending.get(p.name, 0)):
-            jobs.append(JobRecord(job_id=f"{p.name}p{k}", partition=p.name, state="pending",
-                                  reason="Resources", cpus=p.cpus_per_node,
-                                  gpus=p.gpus_per_node, gpu_type=gtype, time_limit_s=3600,
-                                  start_time=NOW + timedelta(hours=1)))
+            jobs.append(
+                JobRecord(
+                    job_id=f"{p.name}p{k}",
+                    partition=p.name,
+                    state="pending",
+                    reason="Resources",
+                    cpus=p.cpus_per_node,
+                    gpus=p.gpus_per_node,
+                    gpu_type=gtype,
+                    time_limit_s=3600,
+                    start_time=NOW + timedelta(hours=1),
+                )
+            )
         gt = {gtype: p.gpus_per_node * p.nodes_local} if gtype else {}
         ga = {gtype: p.gpus_per_node * n_busy} if gtype else {}
         n_pend = pending.get(p.name, 0)
-        parts.append(PartitionSnapshot(
-            site=spec.name, partition=p.name, max_time_s=p.max_walltime_s,
-            nodes_total=p.nodes_local, cpus_total=p.cpus_per_node * p.nodes_local,
-            cpus_alloc=p.cpus_per_node * n_busy,
-            cpus_idle=p.cpus_per_node * (p.nodes_local - n_busy),
-            mem_gb_total=p.mem_gb_per_node * p.nodes_local,
-            mem_gb_alloc=p.mem_gb_per_node * n_busy, gpus_total_by_type=gt,
-            gpus_alloc_by_type=ga, jobs_running=n_busy, jobs_pending=n_pend,
-            pending_reasons={"Resources": n_pend} if n_pend else {},
-            latest_pending_start=NOW + timedelta(hours=1) if n_pend else None,
-        ))
+        parts.append(
+            PartitionSnapshot(
+                site=spec.name,
+                partition=p.name,
+                max_time_s=p.max_walltime_s,
+                nodes_total=p.nodes_local,
+                cpus_total=p.cpus_per_node * p.nodes_local,
+                cpus_alloc=p.cpus_per_node * n_busy,
+                cpus_idle=p.cpus_per_node * (p.nodes_local - n_busy),
+                mem_gb_total=p.mem_gb_per_node * p.nodes_local,
+                mem_gb_alloc=p.mem_gb_per_node * n_busy,
+                gpus_total_by_type=gt,
+                gpus_alloc_by_type=ga,
+                jobs_running=n_busy,
+                jobs_pending=n_pend,
+                pending_reasons={"Resources": n_pend} if n_pend else {},
+                latest_pending_start=NOW + timedelta(hours=1) if n_pend else None,
+            )
+        )
     return SiteSnapshot(
-        site=spec.name, taken_at=NOW,
-        health=SiteHealth(reachable=reachable, probe_age_s=1.0,
-                          error=None if reachable else "probe timed out after 30 s"),
-        partitions=tuple(parts) if reachable else (), nodes=tuple(nodes) if reachable else (),
+        site=spec.name,
+        taken_at=NOW,
+        health=SiteHealth(
+            reachable=reachable,
+            probe_age_s=1.0,
+            error=None if reachable else "probe timed out after 30 s",
+        ),
+        partitions=tuple(parts) if reachable else (),
+        nodes=tuple(nodes) if reachable else (),
         jobs=tuple(jobs) if reachable else (),
     )
 
@@ -107,8 +146,9 @@ def test_full_queue_is_avoided_and_trace_says_why() -> None:
     env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
     idle = place(env, SPECS, _fed(), now=NOW)
     assert idle.chosen.site in ("delta", "anvil")
-    busy = _fed(delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2},
-                                     pending={"gpuA100x4": 3}))
+    busy = _fed(
+        delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}, pending={"gpuA100x4": 3})
+    )
     d = place(env, SPECS, busy, now=NOW)
     assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")
     delta = next(c for c in d.candidates if c.site == "delta")
@@ -120,8 +160,9 @@ def test_full_queue_is_avoided_and_trace_says_why() -> None:
 
 
 def test_wait_is_time_until_running_jobs_free_enough() -> None:
-    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64,
-                           sites=("delta",))
+    env = ResourceEnvelope(
+        gpus_min=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64, sites=("delta",)
+    )
     snap = _fed(delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}))
     d = place(env, SPECS, snap, now=NOW)
     assert d.chosen.predicted_wait_s == pytest.approx(3600)

@@ -44,14 +44,17 @@ class EndpointConnection:
                 "run `federation sites up`"
             )
         try:
-            conn = Client(str(self.sock), family="AF_UNIX", authkey=self.key_path.read_bytes().strip())
+            conn = Client(
+                str(self.sock), family="AF_UNIX", authkey=self.key_path.read_bytes().strip()
+            )
         except (OSError, EOFError) as e:
             raise SiteUnavailableError(
                 f"site {self.site}: cannot reach its endpoint ({e}); run `federation sites up`"
             ) from e
         self._conn = conn
-        threading.Thread(target=self._reader, args=(conn,), daemon=True,
-                         name=f"endpoint-{self.site}").start()
+        threading.Thread(
+            target=self._reader, args=(conn,), daemon=True, name=f"endpoint-{self.site}"
+        ).start()
         protocol.send(conn, {"op": "subscribe", "req": 0})
         return conn
 
@@ -89,7 +92,9 @@ class EndpointConnection:
                 protocol.send(conn, {**msg, "req": req})
             except OSError as e:
                 self._conn = None
-                raise SiteUnavailableError(f"site {self.site}: endpoint connection lost ({e})") from e
+                raise SiteUnavailableError(
+                    f"site {self.site}: endpoint connection lost ({e})"
+                ) from e
         if not ev.wait(timeout_s) or not box:
             self._waiting.pop(req, None)
             raise SiteUnavailableError(
@@ -97,7 +102,9 @@ class EndpointConnection:
             )
         reply = box[0]
         if reply.get("error"):
-            raise SiteUnavailableError(f"site {self.site}: endpoint refused {msg['op']}: {reply['error']}")
+            raise SiteUnavailableError(
+                f"site {self.site}: endpoint refused {msg['op']}: {reply['error']}"
+            )
         return reply
 
     def close(self) -> None:

@@ -109,7 +109,9 @@ class SiteEndpoint:
                 self.unsubscribe(conn)
 
     # --- engines -------------------------------------------------------------------------
-    def _slot_for(self, user_opts: dict[str, Any], user_runtime: dict[str, Any] | None) -> EngineSlot:
+    def _slot_for(
+        self, user_opts: dict[str, Any], user_runtime: dict[str, Any] | None
+    ) -> EngineSlot:
         from globus_compute_endpoint.endpoint.config.utils import load_config_yaml
 
         from federation.endpoint_config import render_user_config
@@ -141,7 +143,8 @@ class SiteEndpoint:
         now = time.monotonic()
         with self._lock:
             idle = [
-                s for s in self._slots.values()
+                s
+                for s in self._slots.values()
                 if not s.outstanding and now - s.last_used > ENGINE_IDLE_S
             ]
             for s in idle:
@@ -214,12 +217,23 @@ class SiteEndpoint:
             self._db.execute(
                 "UPDATE tasks SET status='running', job_id=?, block_id=?, started_at=? "
                 "WHERE task_id=? AND status='received'",
-                (None if job_id is None else str(job_id), None if block_id is None else str(block_id),
-                 now, task_id),
+                (
+                    None if job_id is None else str(job_id),
+                    None if block_id is None else str(block_id),
+                    now,
+                    task_id,
+                ),
             )
             self._db.commit()
-        self._broadcast({"op": "task.started", "task_id": task_id, "job_id": str(job_id),
-                         "block_id": str(block_id), "at": now})
+        self._broadcast(
+            {
+                "op": "task.started",
+                "task_id": task_id,
+                "job_id": str(job_id),
+                "block_id": str(block_id),
+                "at": now,
+            }
+        )
 
     def _finish(self, task_id: str, slot: EngineSlot | None, packed_result: bytes) -> None:
         now = time.time()
@@ -232,8 +246,14 @@ class SiteEndpoint:
                 (protocol.b64(packed_result), now, task_id),
             )
             self._db.commit()
-        self._broadcast({"op": "task.result", "task_id": task_id,
-                         "result": protocol.b64(packed_result), "at": now})
+        self._broadcast(
+            {
+                "op": "task.result",
+                "task_id": task_id,
+                "result": protocol.b64(packed_result),
+                "at": now,
+            }
+        )
 
     def cancel(self, task_id: str) -> tuple[bool, str]:
         """Cancel a task that has not started: stops its engine if it holds nothing else."""
@@ -262,19 +282,29 @@ class SiteEndpoint:
             for tid in task_ids:
                 row = self._db.execute(
                     "SELECT status, job_id, result_b64, started_at, completed_at FROM tasks "
-                    "WHERE task_id=?", (tid,)
+                    "WHERE task_id=?",
+                    (tid,),
                 ).fetchone()
                 if row is None:
                     continue
-                out[tid] = {"status": row[0], "job_id": row[1], "result": row[2],
-                            "started_at": row[3], "completed_at": row[4]}
+                out[tid] = {
+                    "status": row[0],
+                    "job_id": row[1],
+                    "result": row[2],
+                    "started_at": row[3],
+                    "completed_at": row[4],
+                }
         return out
 
     def info(self) -> dict[str, Any]:
         with self._lock:
-            return {"site": self.site.name, "endpoint_id": str(self.endpoint_id),
-                    "pid": os.getpid(), "engines": len(self._slots),
-                    "outstanding": sum(len(s.outstanding) for s in self._slots.values())}
+            return {
+                "site": self.site.name,
+                "endpoint_id": str(self.endpoint_id),
+                "pid": os.getpid(),
+                "engines": len(self._slots),
+                "outstanding": sum(len(s.outstanding) for s in self._slots.values()),
+            }
 
 
 def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
@@ -295,9 +325,14 @@ def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
                 elif op == "submit":
                     threading.Thread(
                         target=ep.submit,
-                        args=(msg["task_id"], protocol.unb64(msg["packed_task"]),
-                              msg.get("user_endpoint_config") or {}, msg.get("user_runtime")),
-                        daemon=True, name=f"submit-{msg['task_id'][:8]}",
+                        args=(
+                            msg["task_id"],
+                            protocol.unb64(msg["packed_task"]),
+                            msg.get("user_endpoint_config") or {},
+                            msg.get("user_runtime"),
+                        ),
+                        daemon=True,
+                        name=f"submit-{msg['task_id'][:8]}",
                     ).start()
                 elif op == "status":
                     reply["tasks"] = ep.status(list(msg["task_ids"]))
@@ -360,7 +395,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        filename=args.run_dir / "endpoint.log", level=logging.INFO,
+        filename=args.run_dir / "endpoint.log",
+        level=logging.INFO,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
     serve(load_site(args.site), args.endpoint_id, args.run_dir)

@@ -68,10 +68,23 @@ class EndpointDaemons:
         }
         log = (run_dir / "endpoint.stdout").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "federation.endpoint.daemon", "--site", site,
-             "--run-dir", str(run_dir), "--endpoint-id", str(local_endpoint_id(site))],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=run_dir,
+            [
+                sys.executable,
+                "-m",
+                "federation.endpoint.daemon",
+                "--site",
+                site,
+                "--run-dir",
+                str(run_dir),
+                "--endpoint-id",
+                str(local_endpoint_id(site)),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=run_dir,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

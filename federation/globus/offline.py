@@ -148,8 +148,11 @@ class LocalComputeService:
                 rw.start()
                 self._watchers[tg] = rw
                 self._clients[tg] = client
-                pending = [t.result for t in self._tasks.values()
-                           if t.task_group_id == tg and t.result is not None]
+                pending = [
+                    t.result
+                    for t in self._tasks.values()
+                    if t.task_group_id == tg and t.result is not None
+                ]
             else:
                 pending = []
         for res in pending:
@@ -205,8 +208,11 @@ class LocalComputeService:
     def _endpoint(self, endpoint_id: str) -> _Endpoint:
         ep = self._endpoints.get(endpoint_id)
         if ep is None:
-            raise _HTTPError(404, "ENDPOINT_NOT_FOUND",
-                             f"Endpoint {endpoint_id} is not registered with this service")
+            raise _HTTPError(
+                404,
+                "ENDPOINT_NOT_FOUND",
+                f"Endpoint {endpoint_id} is not registered with this service",
+            )
         return ep
 
     # --- routes ----------------------------------------------------------------------------
@@ -226,8 +232,10 @@ class LocalComputeService:
     def _register_function(self, body: Any) -> dict[str, Any]:
         fid = str(uuid.uuid4())
         with self._lock:
-            self._functions[fid] = {"function_code": body["function_code"],
-                                    "function_name": body.get("function_name")}
+            self._functions[fid] = {
+                "function_code": body["function_code"],
+                "function_name": body.get("function_name"),
+            }
         return {"function_uuid": fid}
 
     def _endpoint_status(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
@@ -260,16 +268,27 @@ class LocalComputeService:
                     self._groups.setdefault(tg, []).append(tid)
                     ep.task_ids.add(tid)
                 try:
-                    ep.conn.request({"op": "submit", "task_id": tid, "packed_task": protocol.b64(packed),
-                                     "user_endpoint_config": uec, "user_runtime": runtime})
+                    ep.conn.request(
+                        {
+                            "op": "submit",
+                            "task_id": tid,
+                            "packed_task": protocol.b64(packed),
+                            "user_endpoint_config": uec,
+                            "user_runtime": runtime,
+                        }
+                    )
                 except SiteUnavailableError as e:
                     with self._lock:
                         del self._tasks[tid]
                         self._groups[tg].remove(tid)
                     raise _HTTPError(503, "ENDPOINT_UNAVAILABLE", str(e)) from e
                 ids.append(tid)
-        return {"request_id": str(uuid.uuid4()), "task_group_id": tg,
-                "endpoint_id": endpoint_id, "tasks": tasks_out}
+        return {
+            "request_id": str(uuid.uuid4()),
+            "task_group_id": tg,
+            "endpoint_id": endpoint_id,
+            "tasks": tasks_out,
+        }
 
     def _task_view(self, tid: str) -> dict[str, Any]:
         rec = self._tasks.get(tid)
@@ -277,8 +296,11 @@ class LocalComputeService:
             rec = self._recover(tid)
         if rec is None:
             raise _HTTPError(404, "TASK_NOT_FOUND", f"Task {tid} not found")
-        view: dict[str, Any] = {"task_id": tid, "status": rec.status,
-                                "task_group_id": rec.task_group_id}
+        view: dict[str, Any] = {
+            "task_id": tid,
+            "status": rec.status,
+            "task_group_id": rec.task_group_id,
+        }
         if rec.result is not None:
             key = "exception" if rec.result.is_error else "result"
             view[key] = rec.result.data
@@ -296,9 +318,13 @@ class LocalComputeService:
                 continue
             if tid in found:
                 info = found[tid]
-                rec = _TaskRecord(task_id=tid, endpoint_id=eid, task_group_id="",
-                                  status="running" if info["status"] == "running" else "waiting-for-ep",
-                                  job_id=info.get("job_id"))
+                rec = _TaskRecord(
+                    task_id=tid,
+                    endpoint_id=eid,
+                    task_group_id="",
+                    status="running" if info["status"] == "running" else "waiting-for-ep",
+                    job_id=info.get("job_id"),
+                )
                 with self._lock:
                     self._tasks[tid] = rec
                 if info.get("result"):
@@ -329,8 +355,9 @@ class LocalComputeService:
         with self._lock:
             if task_id in self._tasks:
                 return
-            self._tasks[task_id] = _TaskRecord(task_id=task_id, endpoint_id=str(endpoint_id),
-                                               task_group_id=str(task_group_id))
+            self._tasks[task_id] = _TaskRecord(
+                task_id=task_id, endpoint_id=str(endpoint_id), task_group_id=str(task_group_id)
+            )
             self._groups.setdefault(str(task_group_id), []).append(task_id)
         rec = self._recover(task_id)
         if rec is not None:

@@ -1,0 +1,198 @@
+"""End to end on the real local federation: Slurm clusters, endpoint daemons, the real SDK."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from federation.coordinator import Coordinator
+from federation.envelope import ResourceEnvelope
+from federation.events import Event
+from federation.local import LocalSites
+from federation.sites.compute import ComputeSite
+from federation.tasks import PythonTask, ShellTask
+from functions.workloads import fail_with, report_allocation
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def local(local_federation: Any) -> Iterator[LocalSites]:
+    sites = LocalSites(home=local_federation.home)
+    sites.up()
+    yield sites
+
+
+@pytest.fixture(scope="module")
+def coord(local: LocalSites) -> Iterator[Coordinator]:
+    c = local.connect(telemetry=False, probe_timeout_s=60)
+    try:
+        yield c
+    finally:
+        c.close()
+        if local.service is not None:
+            local.service.close()
+
+
+def _events(handle_events: list[Event]) -> list[str]:
+    return [e.kind for e in handle_events]
+
+
+def test_snapshot_covers_every_site_and_partition(coord: Coordinator, local: LocalSites) -> None:
+    snap = coord.inspect_federation()
+    assert {s.site for s in snap.sites} == {s.name for s in local.specs}
+    for spec in local.specs:
+        site = snap.site(spec.name)
+        assert site is not None and site.health.reachable, site
+        for p in spec.partitions:
+            ps = site.partition(p.name)
+            assert ps is not None, (spec.name, p.name)
+            assert ps.nodes_total == p.nodes_local
+            assert ps.cpus_total == p.cpus_per_node * p.nodes_local
+            if p.gpu_type:
+                assert ps.gpus_total_by_type == {p.gpu_type: p.gpus_per_node * p.nodes_local}
+    frame = snap.partitions_frame()
+    assert len(frame) == sum(len(s.partitions) for s in local.specs)
+
+
+def test_shaped_tasks_run_in_matching_slurm_allocations(coord: Coordinator,
+                                                        local: LocalSites) -> None:
+    envelopes = {
+        "cpu": ResourceEnvelope(cpus_min=4, mem_gb_min=8, walltime_s=600, sites=("local",)),
+        "gpu1": ResourceEnvelope(gpus_min=1, cpus_min=2, mem_gb_min=4, walltime_s=600,
+                                 sites=("vista",)),
+        "gpu4": ResourceEnvelope(gpus_min=4, cpus_min=8, mem_gb_min=16, walltime_s=600,
+                                 sites=("deltaai",)),
+    }
+    seen: dict[str, list[Event]] = {k: [] for k in envelopes}
+    handles = {
+        k: coord.submit_task(PythonTask(report_allocation, (0.2,)), env,
+                             on_event=seen[k].append)
+        for k, env in envelopes.items()
+    }
+    for k, h in handles.items():
+        r = coord.get_result(h, timeout_s=180)
+        assert r.status == "completed", (k, r.error, r.remote_traceback)
+        v = r.value
+        assert v["partition"] == r.partition
+        assert v["cluster"] == r.site
+        assert v["cpus"] == r.shape.cpus
+        assert v["gpus"] == r.shape.gpus
+        assert v["mem_gb"] == float(r.shape.mem_gb)
+        assert r.slurm_job_id == v["slurm_job_id"]
+        kinds = _events(seen[k])
+        assert kinds == ["task.queued", "task.started", "task.completed"], kinds
+    # sacct (real accounting through the shared slurmdbd) knows the batch job and its GPUs
+    r = coord.get_result(handles["gpu4"])
+    assert r.slurm_job_id is not None
+    deadline = time.monotonic() + 30
+    row = ""
+    while time.monotonic() < deadline and "gres/gpu=4" not in row:
+        out = local.slurm.run("deltaai", ["sacct", "-X", "-n", "-P", "-j", r.slurm_job_id,
+                                          "-o", "JobID,Partition,AllocTRES"])
+        row = out.stdout.strip()
+        time.sleep(0.5)
+    assert row.startswith(f"{r.slurm_job_id}|ghx4|"), row
+    assert "gres/gpu=4" in row, row
+
+
+def test_failure_arrives_as_event_with_remote_traceback(coord: Coordinator) -> None:
+    got = threading.Event()
+    events: list[Event] = []
+
+    def cb(ev: Event) -> None:
+        events.append(ev)
+        if ev.kind == "task.failed":
+            got.set()
+
+    h = coord.submit_task(PythonTask(fail_with, ("no such input",)),
+                          ResourceEnvelope(sites=("local",), walltime_s=300), on_event=cb)
+    assert got.wait(180), _events(events)
+    r = coord.get_result(h)
+    assert r.status == "failed"
+    assert "RuntimeError: no such input" in r.remote_traceback
+    assert "fail_with" in r.remote_traceback
+
+
+def test_shell_task(coord: Coordinator) -> None:
+    h = coord.submit_task(ShellTask(command="echo part=$SLURM_JOB_PARTITION"),
+                          ResourceEnvelope(sites=("local",), walltime_s=300))
+    r = coord.get_result(h, timeout_s=180)
+    assert r.status == "completed", r.error
+    assert r.stdout is not None and r.stdout.strip() == f"part={r.partition}"
+    assert r.returncode == 0
+
+
+def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: LocalSites) -> None:
+    tag = "fed-test-fill"
+    try:
+        for _ in range(4):  # 2 nodes x 4 A100: two running, two pending
+            res = local.slurm.run("delta", [
+                "sbatch", "--parsable", f"--job-name={tag}", "--partition=gpuA100x4",
+                "--gres=gpu:a100:4", "--cpus-per-task=8", "--mem=8G", "--time=00:30:00",
+                "--output=/dev/null", "--wrap=sleep 600"])
+            assert res.returncode == 0, res.stderr
+        time.sleep(1.5)
+        env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=16)
+        snap = coord.inspect_federation()
+        delta = snap.site("delta")
+        assert delta is not None
+        part = delta.partition("gpuA100x4")
+        assert part is not None and part.jobs_pending >= 1
+        from federation.placement import place
+
+        d = place(env, [b.spec for b in coord.backends.values()], snap)
+        assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")
+        delta_c = next(c for c in d.candidates if c.site == "delta")
+        assert delta_c.predicted_wait_s > 60
+        assert "pending ahead" in delta_c.why
+        assert "not delta/gpuA100x4" in d.explain()
+    finally:
+        local.slurm.run("delta", ["scancel", f"--name={tag}"])
+
+
+def test_bad_site_is_marked_unhealthy_not_fatal(coord: Coordinator, local: LocalSites) -> None:
+    local.daemons.stop("local")
+    try:
+        snap = coord.inspect_federation()
+        bad = snap.site("local")
+        assert bad is not None and not bad.health.reachable
+        assert bad.health.error and "local" in bad.health.error
+        assert all(s.health.reachable for s in snap.sites if s.site != "local")
+    finally:
+        local.daemons.start("local", local.slurm.env("local"))
+    assert coord.inspect_federation().site("local").health.reachable  # type: ignore[union-attr]
+
+
+def _garbage_probe() -> dict[str, Any]:
+    return {"sinfo": {"rc": 0, "stdout": "\x00\x01 not sinfo at all", "stderr": ""}}
+
+
+def _slow_probe() -> dict[str, Any]:
+    import time as _t
+
+    _t.sleep(30)
+    return {}
+
+
+@pytest.mark.parametrize(("probe_fn", "needle"), [(_garbage_probe, "unreadable"),
+                                                  (_slow_probe, "timed out")])
+def test_probe_garbage_or_timeout_marks_site_unhealthy(
+    coord: Coordinator, probe_fn: Any, needle: str
+) -> None:
+    real = coord.backends["local"]
+    assert isinstance(real, ComputeSite)
+    odd = ComputeSite(real.spec, real.endpoint_id, real.client, real._factory,
+                      task_group_id=real.task_group_id, probe_fn=probe_fn)
+    c = Coordinator([odd], probe_timeout_s=5)
+    try:
+        snap = c.inspect_federation()
+        site = snap.site("local")
+        assert site is not None and not site.health.reachable
+        assert needle in (site.health.error or ""), site.health.error
+    finally:
+        c.close()
