@@ -6,8 +6,8 @@ import json
 import sys
 from typing import Annotated
 
+import click
 import typer
-from rich.console import Console
 
 from federation.cli_sites import sites_app
 
@@ -40,7 +40,7 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="print the snapshot as JSON")] = False,
 ) -> None:
     """Probe every local site through its endpoint and print the snapshot."""
-    from federation.demo import snapshot_table
+    from federation.demo import snapshot_table, wide_console
     from federation.local import LocalSites
 
     local = LocalSites(sites=site or None)
@@ -55,11 +55,27 @@ def inspect(
     if as_json:
         sys.stdout.write(json.dumps(snap.model_dump(mode="json"), indent=2) + "\n")
     else:
-        Console().print(snapshot_table(snap))
+        wide_console().print(snapshot_table(snap))
 
 
 def main() -> None:
-    app()
+    """Entry point: usage errors print one clear message and exit 2, not a traceback."""
+    from rich.console import Console
+
+    from federation.errors import FederationError
+
+    try:
+        app(standalone_mode=False)
+    except FederationError as e:
+        Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False)
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -271,8 +272,13 @@ class Coordinator:
             b.close()
 
 
+_EXC_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit)\w*:")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    # remote tracebacks end with the exception line; that is the useful one
-    return lines[-1] if lines else type(exc).__name__
+    """The informative line of an error: a remote traceback's final exception line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _EXC_LINE.match(ln):
+            return ln
+    return lines[0] if lines else type(exc).__name__

@@ -80,6 +80,12 @@ def clear_background(sites: LocalSites) -> None:
         sites.slurm.run(spec.name, ["scancel", f"--name={BACKGROUND_TAG}"])
 
 
+def wide_console() -> Console:
+    """A console wide enough for the tables, also when output goes to a file or CI log."""
+    probe = Console()
+    return probe if probe.is_terminal and probe.width >= 120 else Console(width=140)
+
+
 def snapshot_table(snap: FederationSnapshot) -> Table:
     t = Table(title=f"Federation snapshot at {snap.taken_at:%H:%M:%S} UTC", header_style="bold")
     for col in (
@@ -96,7 +102,7 @@ def snapshot_table(snap: FederationSnapshot) -> Table:
         t.add_column(col, justify="right" if col in ("nodes", "running", "pending") else "left")
     for s in snap.sites:
         health = (
-            f"ok ({s.health.probe_age_s:.1f} s)"
+            f"ok {s.health.probe_age_s:.1f}s"
             if s.health.reachable
             else f"[red]down: {s.health.error}[/red]"
         )
@@ -139,7 +145,7 @@ def _printer(console: Console, label: str, t0: float) -> object:
 
 def run_demo(sites: list[str] | None = None, load: bool = True, timeout_s: float = 170.0) -> int:
     """Run the round; returns a process exit code (0 when every check passed)."""
-    console = Console()
+    console = wide_console()
     t0 = time.monotonic()
     local = LocalSites(sites=sites)
     console.rule("[bold]1. Local federation")
@@ -221,7 +227,8 @@ def _round(
             PythonTask(report_allocation), ResourceEnvelope(gpus_min=8, gpu_types=("h100",))
         )
     except NoFeasibleSiteError as e:
-        console.print(f"[yellow]NoFeasibleSiteError:[/yellow] {e}", highlight=False, markup=False)
+        console.print("[yellow]NoFeasibleSiteError:[/yellow]", highlight=False)
+        console.print(str(e), highlight=False, markup=False)
 
     console.rule("[bold]4. Waiting: callbacks print as events arrive (no polling)")
     deadline = t0 + timeout_s

@@ -65,8 +65,14 @@ class PlacementDecision(Frozen):
                 self.chosen.partition,
             ):
                 continue
+            tie = ""
+            if c.predicted_wait_s == self.chosen.predicted_wait_s:
+                tie = "; same wait, lost the tie-break (GPU fit, free room, name)"
+                if c.waste > self.chosen.waste:
+                    tie = f"; same wait, but would strand {c.waste:.0%} of a node's GPUs"
             lines.append(
-                f"  not {c.site}/{c.partition}: predicted wait {c.predicted_wait_s:.0f} s ({c.why})"
+                f"  not {c.site}/{c.partition}: predicted wait {c.predicted_wait_s:.0f} s "
+                f"({c.why}{tie})"
             )
         for r in self.rejected:
             where = f"{r.site}/{r.partition}" if r.partition else r.site

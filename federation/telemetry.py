@@ -38,7 +38,8 @@ class Telemetry:
             self._db.executemany("INSERT INTO site_snapshots VALUES (?, ?, ?, ?)", rows)
 
     def sites(self, site: str | None = None, since: datetime | None = None) -> list[SiteSnapshot]:
-        q, args = "SELECT body FROM site_snapshots WHERE 1=1", []
+        q = "SELECT body FROM site_snapshots WHERE 1=1"
+        args: list[str] = []
         if site:
             q, args = q + " AND site=?", [*args, site]
         if since:

@@ -15,6 +15,7 @@ from federation.events import Event
 from federation.local import LocalSites
 from federation.sites.compute import ComputeSite
 from federation.tasks import PythonTask, ShellTask
+from functions.faults import garbage_probe, slow_probe
 from functions.workloads import fail_with, report_allocation
 
 pytestmark = pytest.mark.slurm
@@ -59,19 +60,21 @@ def test_snapshot_covers_every_site_and_partition(coord: Coordinator, local: Loc
     assert len(frame) == sum(len(s.partitions) for s in local.specs)
 
 
-def test_shaped_tasks_run_in_matching_slurm_allocations(coord: Coordinator,
-                                                        local: LocalSites) -> None:
+def test_shaped_tasks_run_in_matching_slurm_allocations(
+    coord: Coordinator, local: LocalSites
+) -> None:
     envelopes = {
         "cpu": ResourceEnvelope(cpus_min=4, mem_gb_min=8, walltime_s=600, sites=("local",)),
-        "gpu1": ResourceEnvelope(gpus_min=1, cpus_min=2, mem_gb_min=4, walltime_s=600,
-                                 sites=("vista",)),
-        "gpu4": ResourceEnvelope(gpus_min=4, cpus_min=8, mem_gb_min=16, walltime_s=600,
-                                 sites=("deltaai",)),
+        "gpu1": ResourceEnvelope(
+            gpus_min=1, cpus_min=2, mem_gb_min=4, walltime_s=600, sites=("vista",)
+        ),
+        "gpu4": ResourceEnvelope(
+            gpus_min=4, cpus_min=8, mem_gb_min=16, walltime_s=600, sites=("deltaai",)
+        ),
     }
     seen: dict[str, list[Event]] = {k: [] for k in envelopes}
     handles = {
-        k: coord.submit_task(PythonTask(report_allocation, (0.2,)), env,
-                             on_event=seen[k].append)
+        k: coord.submit_task(PythonTask(report_allocation, (0.2,)), env, on_event=seen[k].append)
         for k, env in envelopes.items()
     }
     for k, h in handles.items():
@@ -92,8 +95,10 @@ def test_shaped_tasks_run_in_matching_slurm_allocations(coord: Coordinator,
     deadline = time.monotonic() + 30
     row = ""
     while time.monotonic() < deadline and "gres/gpu=4" not in row:
-        out = local.slurm.run("deltaai", ["sacct", "-X", "-n", "-P", "-j", r.slurm_job_id,
-                                          "-o", "JobID,Partition,AllocTRES"])
+        out = local.slurm.run(
+            "deltaai",
+            ["sacct", "-X", "-n", "-P", "-j", r.slurm_job_id, "-o", "JobID,Partition,AllocTRES"],
+        )
         row = out.stdout.strip()
         time.sleep(0.5)
     assert row.startswith(f"{r.slurm_job_id}|ghx4|"), row
@@ -109,8 +114,11 @@ def test_failure_arrives_as_event_with_remote_traceback(coord: Coordinator) -> N
         if ev.kind == "task.failed":
             got.set()
 
-    h = coord.submit_task(PythonTask(fail_with, ("no such input",)),
-                          ResourceEnvelope(sites=("local",), walltime_s=300), on_event=cb)
+    h = coord.submit_task(
+        PythonTask(fail_with, ("no such input",)),
+        ResourceEnvelope(sites=("local",), walltime_s=300),
+        on_event=cb,
+    )
     assert got.wait(180), _events(events)
     r = coord.get_result(h)
     assert r.status == "failed"
@@ -119,8 +127,10 @@ def test_failure_arrives_as_event_with_remote_traceback(coord: Coordinator) -> N
 
 
 def test_shell_task(coord: Coordinator) -> None:
-    h = coord.submit_task(ShellTask(command="echo part=$SLURM_JOB_PARTITION"),
-                          ResourceEnvelope(sites=("local",), walltime_s=300))
+    h = coord.submit_task(
+        ShellTask(command="echo part=$SLURM_JOB_PARTITION"),
+        ResourceEnvelope(sites=("local",), walltime_s=300),
+    )
     r = coord.get_result(h, timeout_s=180)
     assert r.status == "completed", r.error
     assert r.stdout is not None and r.stdout.strip() == f"part={r.partition}"
@@ -131,10 +141,21 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
     tag = "fed-test-fill"
     try:
         for _ in range(4):  # 2 nodes x 4 A100: two running, two pending
-            res = local.slurm.run("delta", [
-                "sbatch", "--parsable", f"--job-name={tag}", "--partition=gpuA100x4",
-                "--gres=gpu:a100:4", "--cpus-per-task=8", "--mem=8G", "--time=00:30:00",
-                "--output=/dev/null", "--wrap=sleep 600"])
+            res = local.slurm.run(
+                "delta",
+                [
+                    "sbatch",
+                    "--parsable",
+                    f"--job-name={tag}",
+                    "--partition=gpuA100x4",
+                    "--gres=gpu:a100:4",
+                    "--cpus-per-task=8",
+                    "--mem=8G",
+                    "--time=00:30:00",
+                    "--output=/dev/null",
+                    "--wrap=sleep 600",
+                ],
+            )
             assert res.returncode == 0, res.stderr
         time.sleep(1.5)
         env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=16)
@@ -168,26 +189,22 @@ def test_bad_site_is_marked_unhealthy_not_fatal(coord: Coordinator, local: Local
     assert coord.inspect_federation().site("local").health.reachable  # type: ignore[union-attr]
 
 
-def _garbage_probe() -> dict[str, Any]:
-    return {"sinfo": {"rc": 0, "stdout": "\x00\x01 not sinfo at all", "stderr": ""}}
-
-
-def _slow_probe() -> dict[str, Any]:
-    import time as _t
-
-    _t.sleep(30)
-    return {}
-
-
-@pytest.mark.parametrize(("probe_fn", "needle"), [(_garbage_probe, "unreadable"),
-                                                  (_slow_probe, "timed out")])
+@pytest.mark.parametrize(
+    ("probe_fn", "needle"), [(garbage_probe, "unreadable"), (slow_probe, "timed out")]
+)
 def test_probe_garbage_or_timeout_marks_site_unhealthy(
     coord: Coordinator, probe_fn: Any, needle: str
 ) -> None:
     real = coord.backends["local"]
     assert isinstance(real, ComputeSite)
-    odd = ComputeSite(real.spec, real.endpoint_id, real.client, real._factory,
-                      task_group_id=real.task_group_id, probe_fn=probe_fn)
+    odd = ComputeSite(
+        real.spec,
+        real.endpoint_id,
+        real.client,
+        real._factory,
+        task_group_id=real.task_group_id,
+        probe_fn=probe_fn,
+    )
     c = Coordinator([odd], probe_timeout_s=5)
     try:
         snap = c.inspect_federation()

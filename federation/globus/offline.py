@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 from typing import Any
 
 import globus_sdk
@@ -398,10 +399,18 @@ class _ServiceAdapter(BaseAdapter):
         self.service = service
 
     def send(self, request: requests.PreparedRequest, *_: Any, **__: Any) -> requests.Response:
-        path = requests.utils.urlparse(request.url or "").path.rstrip("/")
+        path = urlparse(request.url or "").path.rstrip("/")
         raw = request.body
+        if raw is not None and not isinstance(raw, str | bytes):
+            return self._response(request, 400, {"message": "streamed bodies are not supported"})
         body = json.loads(raw) if raw else None
         status, payload = self.service.handle(str(request.method), path, body)
+        return self._response(request, status, payload)
+
+    @staticmethod
+    def _response(
+        request: requests.PreparedRequest, status: int, payload: Any
+    ) -> requests.Response:
         resp = requests.Response()
         resp.status_code = status
         resp._content = json.dumps(payload).encode()

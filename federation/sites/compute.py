@@ -7,7 +7,9 @@ difference is the ``Client`` and the executor factory passed in, i.e. configurat
 from __future__ import annotations
 
 import json
+import keyword
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -39,6 +41,12 @@ def cloud_executor(
     )
 
 
+def _identifier(name: str) -> str:
+    """ShellFunction names must be Python identifiers: 'shell-env' -> 'shell_env'."""
+    ident = re.sub(r"\W", "_", name)
+    return ident if ident.isidentifier() and not keyword.iskeyword(ident) else f"task_{ident}"
+
+
 class ComputeSite:
     """:class:`~federation.sites.backend.SiteBackend` over ``globus_compute_sdk.Executor``."""
 
@@ -67,10 +75,16 @@ class ComputeSite:
         return self.spec.name
 
     def executor(self, uec: dict[str, Any]) -> Executor:
-        """The executor for one user_endpoint_config (created once, never mutated)."""
+        """The executor for one user_endpoint_config (created once, never mutated;
+        replaced only if the SDK stopped it after a failed submission)."""
         key = json.dumps(uec, sort_keys=True)
         with self._lock:
             ex = self._executors.get(key)
+            # The SDK shuts an Executor down for good when a submission fails (e.g. the
+            # endpoint was unreachable); a later call must not inherit that.
+            if ex is not None and getattr(ex, "_stopped", False):
+                logger.info("site %s: replacing a stopped executor for %s", self.name, key)
+                ex = None
             if ex is None:
                 ex = self._factory(self.endpoint_id, self.client, uec, self.task_group_id)
                 self._executors[key] = ex
@@ -97,7 +111,9 @@ class ComputeSite:
         if isinstance(task, ShellTask):
             fut: Future[Any] = ex.submit(
                 ShellFunction(
-                    task.command, snippet_lines=task.snippet_lines, name=task.name or None
+                    task.command,
+                    snippet_lines=task.snippet_lines,
+                    name=_identifier(task.name) if task.name else None,
                 )
             )
         elif isinstance(task, PythonTask):
