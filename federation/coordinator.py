@@ -13,6 +13,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from typing import Any
 
+from federation.drafting import EnvelopeDraft, TaskHints, draft_envelope
 from federation.envelope import ResourceEnvelope
 from federation.errors import FederationError, ProbeError, TaskFailedError, UnknownSiteError
 from federation.events import Event, EventBus, EventCallback
@@ -204,6 +205,8 @@ class Coordinator:
             return self._by_compute_id.get(tid)
 
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
+        if handle.state in ("completed", "failed"):
+            return  # already settled (e.g. cancelled by request): report once
         if fut.cancelled():
             self._fail(handle, "cancelled", "")
             return
@@ -234,6 +237,8 @@ class Coordinator:
 
     def _fail(self, handle: TaskHandle, message: str, traceback: str, value: Any = None) -> None:
         with self._lock:
+            if handle.state in ("completed", "failed"):
+                return
             handle.completed_at = datetime.now(UTC)
             handle.state = "failed"
             handle.error = message
@@ -241,14 +246,33 @@ class Coordinator:
             handle.value = value
         self.events.emit("task.failed", handle.id, handle.site, error=message)
 
-    # --- get_result -----------------------------------------------------------------------
-    def get_result(self, handle: TaskHandle | str, timeout_s: float | None = None) -> TaskResult:
-        """The task's result manifest; waits up to ``timeout_s`` for it to finish."""
+    # --- draft_envelope / cancel ----------------------------------------------------------
+    def draft_envelope(self, description: str, hints: TaskHints | None = None) -> EnvelopeDraft:
+        """Propose an envelope for a described task, validated against these sites."""
+        return draft_envelope(description, [b.spec for b in self.backends.values()], hints)
+
+    def cancel(self, handle: TaskHandle | str) -> bool:
+        """Cancel a task that has not started running; False if it cannot be cancelled."""
+        h = self._handle(handle)
+        if h.done or h.compute_task_id is None:
+            return False
+        ok = self.backends[h.site].cancel(h.compute_task_id)
+        if ok:
+            self._fail(h, "cancelled by request", "")
+        return ok
+
+    def _handle(self, handle: TaskHandle | str) -> TaskHandle:
         h = self._handles.get(handle) if isinstance(handle, str) else handle
         if h is None:
             raise FederationError(
                 f"unknown task handle {handle!r}; use the id submit_task returned"
             )
+        return h
+
+    # --- get_result -----------------------------------------------------------------------
+    def get_result(self, handle: TaskHandle | str, timeout_s: float | None = None) -> TaskResult:
+        """The task's result manifest; waits up to ``timeout_s`` for it to finish."""
+        h = self._handle(handle)
         if not h.wait(timeout_s):
             raise TimeoutError(f"task {h.id} ({h.label}) still {h.state} after {timeout_s} s")
         return h.manifest()

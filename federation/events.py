@@ -37,6 +37,7 @@ class EventBus:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._seq = itertools.count(1)
         self._log: list[Event] = []
         self._subs: list[tuple[EventCallback, str | None]] = []
@@ -58,6 +59,7 @@ class EventBus:
             )
             self._log.append(ev)
             subs = [cb for cb, tid in self._subs if tid is None or tid == task_id]
+            self._changed.notify_all()
         for cb in subs:
             try:
                 cb(ev)
@@ -68,3 +70,38 @@ class EventBus:
     def history(self, task_id: str | None = None) -> list[Event]:
         with self._lock:
             return [e for e in self._log if task_id is None or e.task_id == task_id]
+
+    def await_event(
+        self,
+        after_seq: int = 0,
+        *,
+        task_ids: set[str] | None = None,
+        kinds: set[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Event]:
+        """Block until events after ``after_seq`` match; return them (empty on timeout).
+
+        Resumable: pass the last ``seq`` you saw as ``after_seq`` and no event between two
+        calls is missed. The waiter sleeps on a condition variable: no polling.
+        """
+
+        def matching() -> list[Event]:
+            return [
+                e
+                for e in self._log[after_seq:]
+                if e.seq > after_seq
+                and (task_ids is None or e.task_id in task_ids)
+                and (kinds is None or e.kind in kinds)
+            ]
+
+        with self._changed:
+            found = matching()
+            if not found:
+                self._changed.wait_for(lambda: bool(matching()), timeout=timeout_s)
+                found = matching()
+            return found
+
+    @property
+    def last_seq(self) -> int:
+        with self._lock:
+            return self._log[-1].seq if self._log else 0
