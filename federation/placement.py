@@ -10,7 +10,7 @@ the partition with the most free room.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from pydantic import Field
@@ -31,9 +31,16 @@ class Candidate(Frozen):
     partition: str
     shape: Shape
     predicted_wait_s: float = Field(ge=0)
+    wait_q90_s: float | None = Field(default=None, ge=0)
+    predicted_runtime_s: float = Field(default=0.0, ge=0)
+    pending_jobs: int = Field(default=0, ge=0)
     free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")
     waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
     why: str
+
+    @property
+    def predicted_completion_s(self) -> float:
+        return self.predicted_wait_s + self.predicted_runtime_s
 
 
 class Rejection(Frozen):
@@ -51,6 +58,9 @@ class PlacementDecision(Frozen):
     chosen: Candidate
     candidates: tuple[Candidate, ...]
     rejected: tuple[Rejection, ...]
+    hedges: tuple[Candidate, ...] = ()
+    """Extra copies submitted alongside ``chosen``; the first to start wins, others are
+    cancelled."""
     snapshot_taken_at: datetime
     decided_at: datetime
 
@@ -220,18 +230,72 @@ def _free_fraction(part: PartitionSnapshot, shape: Shape) -> float:
     return max(0.0, min(1.0, part.cpus_idle / part.cpus_total)) if part.cpus_total else 0.0
 
 
-def place(
+WaitFn = Callable[[Shape, PartitionSnapshot, SiteSnapshot, datetime], tuple[float, float, str]]
+"""(shape, partition, site, now) -> (median wait s, 90th-percentile wait s, reasoning)."""
+RuntimeFn = Callable[[Shape], float]
+
+
+def snapshot_wait(
+    shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+) -> tuple[float, float, str]:
+    """:func:`predict_wait` as a :data:`WaitFn` (no spread: it is a point estimate)."""
+    wait, why = predict_wait(shape, part, site, now)
+    return wait, wait, why
+
+
+def shape_ladder(envelope: ResourceEnvelope, base: Shape, part: PartitionSpec) -> list[Shape]:
+    """``base`` and the larger shapes inside ``envelope`` a partition can host, by doubling
+    the scaling resource (GPUs if any, else CPUs) and memory with it."""
+    shapes = [base]
+    if base.gpus:
+        hi = min(envelope.gpus_max or base.gpus, part.gpus_per_node)
+        g = base.gpus * 2
+        while g <= hi:
+            f = g / base.gpus
+            shapes.append(
+                base.model_copy(
+                    update={
+                        "gpus": g,
+                        "cpus": min(
+                            part.cpus_per_node, envelope.cpus_max or 10**9, int(base.cpus * f)
+                        ),
+                        "mem_gb": int(
+                            min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)
+                        ),
+                    }
+                )
+            )
+            g *= 2
+    else:
+        hi = min(envelope.cpus_max or base.cpus, part.cpus_per_node)
+        c = base.cpus * 2
+        while c <= hi:
+            f = c / base.cpus
+            shapes.append(
+                base.model_copy(
+                    update={
+                        "cpus": c,
+                        "mem_gb": int(
+                            min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)
+                        ),
+                    }
+                )
+            )
+            c *= 2
+    return shapes
+
+
+def enumerate_candidates(
     envelope: ResourceEnvelope,
     sites: Sequence[SiteSpec],
     snapshot: FederationSnapshot,
-    policy: str = "earliest-start",
-    now: datetime | None = None,
-) -> PlacementDecision:
-    """Rank every feasible (site, partition) for ``envelope``; raise if none is feasible."""
-    if policy != "earliest-start":
-        raise BadEnvelopeError(f"unknown placement policy {policy!r}; use 'earliest-start'")
+    now: datetime,
+    wait_fn: WaitFn = snapshot_wait,
+    runtime_fn: RuntimeFn | None = None,
+    ladder: bool = False,
+) -> tuple[list[Candidate], list[Rejection]]:
+    """Every feasible (site, partition[, shape]) with predictions, and every rejection."""
     validate_envelope(envelope, sites)
-    now = now or datetime.now(UTC)
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
     for spec in sites:
@@ -272,34 +336,47 @@ def place(
                     )
                 )
                 continue
-            wait, why = predict_wait(shape, psnap, snap, now)
-            if math.isinf(wait):
-                rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
-                continue
-            candidates.append(
-                Candidate(
-                    site=spec.name,
-                    partition=part.name,
-                    shape=shape,
-                    predicted_wait_s=wait,
-                    free_fraction=_free_fraction(psnap, shape),
-                    waste=_waste(part, shape),
-                    why=why,
+            for sh in shape_ladder(envelope, shape, part) if ladder else [shape]:
+                wait, wait_hi, why = wait_fn(sh, psnap, snap, now)
+                if math.isinf(wait):
+                    rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
+                    break
+                runtime = runtime_fn(sh) if runtime_fn else 0.0
+                candidates.append(
+                    Candidate(
+                        site=spec.name,
+                        partition=part.name,
+                        shape=sh,
+                        predicted_wait_s=wait,
+                        wait_q90_s=max(wait, wait_hi),
+                        predicted_runtime_s=runtime,
+                        free_fraction=_free_fraction(psnap, sh),
+                        waste=_waste(part, sh),
+                        pending_jobs=psnap.jobs_pending,
+                        why=why,
+                    )
                 )
-            )
-    if not candidates:
-        raise NoFeasibleSiteError(
-            "no site can run this envelope",
-            {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
-        )
-    candidates.sort(
-        key=lambda c: (c.predicted_wait_s, c.waste, -c.free_fraction, c.site, c.partition)
+    return candidates, rejected
+
+
+def no_feasible(rejected: Sequence[Rejection]) -> NoFeasibleSiteError:
+    return NoFeasibleSiteError(
+        "no site can run this envelope",
+        {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
     )
-    return PlacementDecision(
-        policy=policy,
-        chosen=candidates[0],
-        candidates=tuple(candidates),
-        rejected=tuple(rejected),
-        snapshot_taken_at=snapshot.taken_at,
-        decided_at=now,
-    )
+
+
+def place(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    policy: str = "earliest-start",
+    now: datetime | None = None,
+) -> PlacementDecision:
+    """Rank every feasible (site, partition) for ``envelope`` with a named policy.
+
+    Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
+    """
+    from federation.policies import get_policy
+
+    return get_policy(policy).decide(envelope, sites, snapshot, now or datetime.now(UTC))

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from federation.envelope import ResourceEnvelope, format_walltime
+from federation.envelope import ResourceEnvelope, Shape, format_walltime
 from federation.errors import BadEnvelopeError, NoFeasibleSiteError
 from federation.placement import place, shape_in
 from federation.sites.spec import SiteSpec, load_sites
@@ -222,3 +222,115 @@ def test_format_walltime() -> None:
     assert format_walltime(49 * 3600 + 61) == "49:01:01"
     with pytest.raises(ValueError):
         format_walltime(-1)
+
+
+# --- policies ------------------------------------------------------------------------------
+from federation.policies import (  # noqa: E402
+    best_feasible,
+    fixed_site,
+    get_policy,
+    shortest_queue,
+    twin,
+    twin_hedge,
+)
+from federation.placement import snapshot_wait  # noqa: E402
+from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+
+DDP = ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=3600)
+
+
+def test_fixed_site_pins_and_rejects_the_rest() -> None:
+    d = fixed_site("delta").decide(DDP, SPECS, _fed(), NOW)
+    assert d.chosen.site == "delta" and all(c.site == "delta" for c in d.candidates)
+    assert any(r.reason == "policy pins delta" for r in d.rejected)
+
+
+def test_shortest_queue_counts_pending_jobs() -> None:
+    snap = _fed(
+        vista=_site_snapshot(
+            _spec("vista"), busy={"gh": 2, "gh-dev": 1}, pending={"gh": 5, "gh-dev": 1}
+        )
+    )
+    env = ResourceEnvelope(gpus_min=1, gpu_types=("gh200",))
+    d = shortest_queue().decide(env, SPECS, snap, NOW)
+    assert d.chosen.site == "deltaai" and d.chosen.pending_jobs == 0
+    assert [c.pending_jobs for c in d.candidates] == [0, 1, 5]
+
+
+def test_best_feasible_trades_wait_against_runtime() -> None:
+    # delta's A100s are busy for an hour; deltaai is free but (by assumption) 3x slower
+    snap = _fed(delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}))
+    env = ResourceEnvelope(gpus_min=4, cpus_min=8, mem_gb_min=32, gpu_types=("a100", "gh200"))
+
+    def slow_on_deltaai(s: Shape) -> float:
+        return 3 * 7200.0 if s.site == "deltaai" else 7200.0
+
+    d = best_feasible(slow_on_deltaai).decide(env, SPECS, snap, NOW)
+    assert d.chosen.site == "anvil"  # free A100s: no wait, normal speed
+    by_site = {c.site: c for c in d.candidates}
+    assert by_site["delta"].predicted_completion_s == pytest.approx(3600 + 7200)
+    assert by_site["deltaai"].predicted_completion_s == pytest.approx(21600)
+
+
+def test_twin_picks_bigger_shape_only_when_it_finishes_sooner() -> None:
+    rt = TaskRuntimeModel(default_speedup_per_doubling=1.9)
+    runtime = lambda s: rt.predict("ddp", s, default_s=4000.0)  # noqa: E731
+    idle = twin(snapshot_wait, runtime).decide(DDP, SPECS, _fed(), NOW)
+    assert idle.chosen.shape.gpus == 4  # nothing waits: 4 GPUs finish first
+    assert idle.chosen.predicted_runtime_s == pytest.approx(4000 / 1.9**2)
+    # with every 4-GPU node busy for an hour, 1-2 GPUs on Vista/local finish first
+    busy = _fed(
+        **{
+            s.name: _site_snapshot(
+                s, busy={p.name: p.nodes_local for p in s.partitions if p.gpus_per_node == 4}
+            )
+            for s in SPECS
+        }
+    )
+    d = twin(snapshot_wait, runtime).decide(DDP, SPECS, busy, NOW)
+    assert d.chosen.shape.gpus in (1, 2) and d.chosen.predicted_wait_s == 0
+
+
+def test_usefulness_threshold_keeps_the_small_shape_for_marginal_gains() -> None:
+    flat = lambda s: 1000.0 * (0.99 if s.gpus > 1 else 1.0)  # noqa: E731
+    d = twin(snapshot_wait, flat, usefulness=0.05).decide(DDP, SPECS, _fed(), NOW)
+    assert d.chosen.shape.gpus == 1
+
+
+def test_twin_hedge_adds_a_copy_at_another_site_when_close() -> None:
+    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=32)
+    d = twin_hedge(snapshot_wait, lambda s: 600.0).decide(env, SPECS, _fed(), NOW)
+    assert len(d.hedges) == 1 and d.hedges[0].site != d.chosen.site
+    assert {d.chosen.site, d.hedges[0].site} == {"anvil", "delta"}
+
+
+def test_unknown_policy_names_the_choices() -> None:
+    with pytest.raises(BadEnvelopeError, match="best-feasible"):
+        get_policy("random")
+
+
+# --- runtime models ------------------------------------------------------------------------
+def _shape(site: str, gpus: int) -> Shape:
+    return Shape(site=site, partition="p", nodes=1, cpus=8, mem_gb=8, gpus=gpus, walltime_s=3600)
+
+
+def test_speedup_per_doubling_is_learned_from_observations() -> None:
+    m = TaskRuntimeModel()
+    assert m.speedup_per_doubling("ddp") == 1.8  # prior
+    for g, t in ((1, 1000.0), (2, 1000 / 1.9), (4, 1000 / 1.9 / 1.96)):
+        m.observe("ddp", _shape("delta", g), t)
+    assert m.speedup_per_doubling("ddp") == pytest.approx(1.93, abs=0.01)
+    assert m.predict("ddp", _shape("delta", 2), 1.0) == pytest.approx(1000 / 1.9, rel=0.02)
+    # an untried site: scaled from the observations elsewhere
+    assert m.predict("ddp", _shape("vista", 1), 1.0) == pytest.approx(1000, rel=0.05)
+
+
+def test_usage_ratio_conditional_remaining_time() -> None:
+    u = UsageRatioModel()
+    assert u.remaining_s("kth", 1000, 100) == 900  # no data: Slurm's assumption
+    for r in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        u.observe("kth", 1000, 1000 * r)
+    assert u.duration_s("kth", 1000, 0.5) == pytest.approx(600)
+    # survived 450 s of 1000: only ratios >= 0.5 remain; median of those is 0.8
+    assert u.remaining_s("kth", 1000, 450, 0.5) == pytest.approx(800 - 450)
+    assert u.remaining_s("kth", 1000, 999.5) == pytest.approx(0.5)

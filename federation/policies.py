@@ -1,0 +1,216 @@
+"""Placement policies behind one interface.
+
+Each policy enumerates candidates with :func:`enumerate_candidates` (the same feasibility
+rules and the same rejection reasons for all), predicts with its own wait/runtime
+functions, and ranks. Every decision records all candidates and every rejection.
+
+* ``fixed:<site>`` — always the named site (its best partition): the paper's baseline.
+* ``shortest-queue`` — fewest pending jobs in the partition.
+* ``earliest-start`` — soonest predicted start (snapshot estimate; foundation rule).
+* ``best-feasible`` — minimum predicted completion (wait + runtime) with Slurm-style waits
+  (every job runs to its limit): the paper's best policy.
+* ``twin`` — ours: waits from a digital twin of each partition fed with the snapshot and a
+  learned usage model (jobs end early), runtimes from observed scaling; picks the shape in
+  the envelope with the best completion, a bigger shape only when it helps by more than a
+  usefulness threshold; ranks on completion plus a risk premium on the wait's spread.
+* ``twin-hedge`` — ours: ``twin`` plus a second copy at another site when the runner-up is
+  close or the favourite's wait is uncertain; the first copy to start wins, the other is
+  cancelled (its queue time is reported as the hedge's cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from federation.envelope import ResourceEnvelope, Shape
+from federation.errors import BadEnvelopeError
+from federation.placement import (
+    Candidate,
+    PlacementDecision,
+    Rejection,
+    RuntimeFn,
+    WaitFn,
+    enumerate_candidates,
+    no_feasible,
+    snapshot_wait,
+)
+from federation.sites.spec import SiteSpec
+from federation.snapshot import FederationSnapshot
+
+SortKey = Callable[[Candidate], tuple[float, ...]]
+
+
+def _tie(c: Candidate) -> tuple[float, ...]:
+    return (c.waste, -c.free_fraction)
+
+
+@dataclass
+class Policy:
+    """A named ranking over the shared candidate enumeration."""
+
+    name: str
+    key: SortKey
+    wait_fn: WaitFn = snapshot_wait
+    runtime_fn: RuntimeFn | None = None
+    ladder: bool = False
+    only_site: str | None = None
+    usefulness: float = 0.0
+    """A larger shape must beat the smallest one's score by this fraction to be chosen."""
+    hedge_within: float | None = None
+    """Hedge when the best other site's score is within this fraction of the favourite's."""
+    hedge_spread_s: float | None = None
+    """Hedge when the favourite's wait spread (q90 - q50) exceeds this many seconds."""
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def decide(
+        self,
+        envelope: ResourceEnvelope,
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+    ) -> PlacementDecision:
+        cands, rejected = enumerate_candidates(
+            envelope, sites, snapshot, now, self.wait_fn, self.runtime_fn, self.ladder
+        )
+        if self.only_site is not None:
+            rejected += [
+                Rejection(
+                    site=c.site, partition=c.partition, reason=f"policy pins {self.only_site}"
+                )
+                for c in cands
+                if c.site != self.only_site and c.shape == _smallest(cands, c)
+            ]
+            cands = [c for c in cands if c.site == self.only_site]
+        if not cands:
+            raise no_feasible(rejected)
+        ranked = sorted(cands, key=lambda c: (*self.key(c), c.site, c.partition, c.shape.gpus))
+        chosen = self._apply_usefulness(ranked)
+        ranked = [chosen] + [c for c in ranked if c is not chosen]
+        return PlacementDecision(
+            policy=self.name,
+            chosen=chosen,
+            candidates=tuple(ranked),
+            rejected=tuple(rejected),
+            hedges=self._hedges(ranked),
+            snapshot_taken_at=snapshot.taken_at,
+            decided_at=now,
+        )
+
+    def _apply_usefulness(self, ranked: list[Candidate]) -> Candidate:
+        best = ranked[0]
+        if not self.ladder or self.usefulness <= 0:
+            return best
+        # the smallest shape at the best candidate's site/partition, or anywhere
+        small = [c for c in ranked if c.shape == _smallest(ranked, c)]
+        base = small[0] if small else best
+        if best is base:
+            return best
+        if self.key(best)[0] < self.key(base)[0] * (1 - self.usefulness):
+            return best
+        return base
+
+    def _hedges(self, ranked: list[Candidate]) -> tuple[Candidate, ...]:
+        if self.hedge_within is None and self.hedge_spread_s is None:
+            return ()
+        best = ranked[0]
+        other = next((c for c in ranked[1:] if c.site != best.site), None)
+        if other is None:
+            return ()
+        close = (
+            self.hedge_within is not None
+            and self.key(other)[0] <= self.key(best)[0] * (1 + self.hedge_within) + 1.0
+        )
+        spread = (best.wait_q90_s or best.predicted_wait_s) - best.predicted_wait_s
+        risky = self.hedge_spread_s is not None and spread > self.hedge_spread_s
+        return (other,) if close or risky else ()
+
+
+def _smallest(cands: Sequence[Candidate], c: Candidate) -> Shape:
+    """The smallest shape among candidates on the same site and partition as ``c``."""
+    same = [x.shape for x in cands if (x.site, x.partition) == (c.site, c.partition)]
+    return min(same, key=lambda s: (s.gpus, s.cpus, s.mem_gb))
+
+
+def fixed_site(site: str) -> Policy:
+    return Policy(
+        name=f"fixed:{site}", key=lambda c: (c.predicted_wait_s, *_tie(c)), only_site=site
+    )
+
+
+def shortest_queue() -> Policy:
+    return Policy(
+        name="shortest-queue", key=lambda c: (float(c.pending_jobs), c.predicted_wait_s, *_tie(c))
+    )
+
+
+def earliest_start() -> Policy:
+    return Policy(name="earliest-start", key=lambda c: (c.predicted_wait_s, *_tie(c)))
+
+
+def best_feasible(runtime_fn: RuntimeFn | None = None) -> Policy:
+    return Policy(
+        name="best-feasible",
+        runtime_fn=runtime_fn,
+        key=lambda c: (c.predicted_completion_s, *_tie(c)),
+    )
+
+
+def twin(
+    wait_fn: WaitFn,
+    runtime_fn: RuntimeFn | None,
+    *,
+    risk: float = 0.25,
+    usefulness: float = 0.05,
+    name: str = "twin",
+) -> Policy:
+    """Completion plus ``risk`` times the wait's spread; shapes from the envelope's ladder."""
+
+    def key(c: Candidate) -> tuple[float, ...]:
+        spread = (c.wait_q90_s or c.predicted_wait_s) - c.predicted_wait_s
+        return (c.predicted_completion_s + risk * spread, *_tie(c))
+
+    return Policy(
+        name=name,
+        key=key,
+        wait_fn=wait_fn,
+        runtime_fn=runtime_fn,
+        ladder=True,
+        usefulness=usefulness,
+    )
+
+
+def twin_hedge(
+    wait_fn: WaitFn,
+    runtime_fn: RuntimeFn | None,
+    *,
+    within: float = 0.5,
+    spread_s: float = 300.0,
+    risk: float = 0.25,
+) -> Policy:
+    p = twin(wait_fn, runtime_fn, risk=risk, name="twin-hedge")
+    p.hedge_within = within
+    p.hedge_spread_s = spread_s
+    return p
+
+
+_SIMPLE: dict[str, Callable[[], Policy]] = {
+    "earliest-start": earliest_start,
+    "shortest-queue": shortest_queue,
+    "best-feasible": best_feasible,
+}
+
+
+def get_policy(name: str | Policy) -> Policy:
+    """A policy by name (``fixed:<site>`` pins a site), or the policy itself."""
+    if isinstance(name, Policy):
+        return name
+    if name.startswith("fixed:"):
+        return fixed_site(name.split(":", 1)[1])
+    if name in _SIMPLE:
+        return _SIMPLE[name]()
+    raise BadEnvelopeError(
+        f"unknown placement policy {name!r}; use one of {sorted(_SIMPLE)} or 'fixed:<site>' "
+        "(twin and twin-hedge need predictors: build them with federation.policies.twin)"
+    )
