@@ -71,7 +71,13 @@ class NodeRecord(Frozen):
 
     @property
     def usable(self) -> bool:
-        return self.state not in UNUSABLE_STATES and self.state != "draining"
+        """Can take new work: not down/drained/draining/maint/unknown, and responding
+        (Slurm allocates nothing to a node flagged ``not_responding``, e.g. ``idle*``)."""
+        return (
+            self.state not in UNUSABLE_STATES
+            and self.state != "draining"
+            and "not_responding" not in self.state_flags
+        )
 
     @property
     def cpus_free(self) -> int:
@@ -95,7 +101,9 @@ class JobRecord(Frozen):
     """One job in the queue (pending or running) as squeue reports it."""
 
     job_id: str
+    """As squeue prints it: ``123``, ``123_4`` (array task), ``123_[1-10%2]`` (pending array)."""
     partition: str
+    """A pending job submitted to several partitions lists them all (``a,b``); '' if unknown."""
     state: JobStateName
     reason: str | None = None
     user: str | None = None
@@ -103,7 +111,9 @@ class JobRecord(Frozen):
     nodes: int = Field(default=1, ge=0)
     cpus: int = Field(default=1, ge=0)
     mem_mb: int | None = Field(default=None, ge=0)
+    """Memory per node in MB (the job's TRES ``mem`` / nodes when known, else MinMemory)."""
     gpus: int = Field(default=0, ge=0)
+    """GPUs of the whole job (all nodes)."""
     gpu_type: str | None = None
     time_limit_s: int | None = Field(default=None, ge=0)
     submit_time: datetime | None = None
@@ -132,7 +142,12 @@ class PartitionSnapshot(Frozen):
     gpus_alloc_by_type: dict[str, int] = Field(default_factory=dict)
     jobs_running: int = Field(default=0, ge=0)
     jobs_pending: int = Field(default=0, ge=0)
+    jobs_held: int = Field(default=0, ge=0)
+    """Pending jobs held by their user or an admin: not competing for resources."""
     pending_reasons: dict[str, int] = Field(default_factory=dict)
+    """Pending (and held) jobs per reason code (``Priority``, ``Resources``, ...)."""
+    default: bool = False
+    """The site's default partition."""
     earliest_pending_start: datetime | None = None
     """Earliest Slurm start estimate among pending jobs (None when nothing pending)."""
     latest_pending_start: datetime | None = None
@@ -154,6 +169,8 @@ class SiteHealth(Frozen):
     probe_duration_s: float | None = Field(default=None, ge=0)
     error: str | None = None
     """What went wrong and what to do, when the probe failed."""
+    warnings: tuple[str, ...] = ()
+    """Non-fatal problems in a usable probe (an optional command failed, lines skipped)."""
 
 
 class SiteSnapshot(Frozen):

@@ -225,6 +225,7 @@ def test_format_walltime() -> None:
 
 
 # --- policies ------------------------------------------------------------------------------
+from federation.placement import snapshot_wait  # noqa: E402
 from federation.policies import (  # noqa: E402
     best_feasible,
     fixed_site,
@@ -233,7 +234,6 @@ from federation.policies import (  # noqa: E402
     twin,
     twin_hedge,
 )
-from federation.placement import snapshot_wait  # noqa: E402
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 
 DDP = ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=3600)
