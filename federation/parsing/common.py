@@ -1,0 +1,151 @@
+"""Helpers shared by the parsers: null-like values, JSON numbers, record splitting, errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from federation.errors import ParseError
+
+UNIT_SEP = "\x1f"
+RECORD_SEP = "\x1e"
+
+NULLISH: frozenset[str] = frozenset({"", "(null)", "null", "n/a", "none", "unknown", "(none)"})
+"""Values Slurm prints for "nothing here" (compared lower-cased)."""
+
+
+def nullish(value: str | None) -> bool:
+    return value is None or value.strip().lower() in NULLISH
+
+
+def clean(value: str | None) -> str | None:
+    """The stripped value, or None when Slurm printed a null-like placeholder."""
+    if value is None:
+        return None
+    v = value.strip()
+    return None if v.lower() in NULLISH else v
+
+
+def snippet(text: str, limit: int = 80) -> str:
+    """A short repr of ``text`` for error messages."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def line_of(text: str, offset: int) -> int:
+    """1-based line number of character ``offset`` in ``text``."""
+    return text.count("\n", 0, offset) + 1
+
+
+def split_records(text: str, nfields: int, what: str) -> list[list[str]]:
+    """Split the probe's own format: 0x1F between fields, 0x1E + newline after each record.
+
+    Fails loudly (naming the line) on a record with the wrong number of fields or on output
+    that stops before the last record's terminator, i.e. truncated output.
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"{what}: expected text output, got {type(text).__name__}")
+    if not text.strip():
+        return []
+    if "\x00" in text:
+        raise ParseError(f"{what} line {line_of(text, text.index(chr(0)))}: NUL byte in output")
+    parts = text.split(RECORD_SEP + "\n")
+    tail = parts.pop()
+    if tail.endswith(RECORD_SEP):  # last record without its newline
+        parts.append(tail[: -len(RECORD_SEP)])
+        tail = ""
+    rows: list[list[str]] = []
+    offset = 0
+    for part in parts:
+        fields = part.split(UNIT_SEP)
+        if len(fields) != nfields:
+            raise ParseError(
+                f"{what} line {line_of(text, offset)}: expected {nfields} fields separated by "
+                f"0x1F and closed by 0x1E, got {len(fields)}: {snippet(part)}"
+            )
+        rows.append(fields)
+        offset += len(part) + 2
+    if tail.strip():
+        raise ParseError(
+            f"{what} line {line_of(text, offset)}: record not closed by 0x1E (output truncated "
+            f"or not in the probe's format): {snippet(tail)}"
+        )
+    return rows
+
+
+def load_json(source: str | bytes | Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Parse JSON text (or accept an already-parsed mapping) whose top level is an object."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    try:
+        data = json.loads(source)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        head = source[:200] if isinstance(source, str) else repr(source[:200])
+        hint = ""
+        if "unable to find plugin" in head or "serializer/json" in head:
+            hint = " (this Slurm was built without the JSON serializer plugin)"
+        raise ParseError(f"{what}: not JSON{hint}: {e}; output starts {snippet(head)}") from e
+    if not isinstance(data, dict):
+        raise ParseError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def json_number(value: Any) -> float | None:
+    """A Slurm JSON number: plain, or ``{"set", "infinite", "number"}`` (23.02+).
+
+    Unset and infinite values are None; the caller decides what infinite means.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, Mapping):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        return json_number(value.get("number"))
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def json_int(value: Any) -> int | None:
+    n = json_number(value)
+    return None if n is None else int(n)
+
+
+def json_infinite(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value.get("infinite"))
+
+
+def json_str(value: Any) -> str | None:
+    """A JSON string field, with Slurm's empty and null-like values as None."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    return clean(str(value))
+
+
+def slurm_version(meta: Mapping[str, Any]) -> str | None:
+    """The Slurm release from a JSON ``meta`` block (``Slurm`` before 23.11, ``slurm`` after)."""
+    block = meta.get("slurm") or meta.get("Slurm")
+    if not isinstance(block, Mapping):
+        return None
+    release = block.get("release")
+    if release:
+        return str(release)
+    ver = block.get("version")
+    if isinstance(ver, Mapping):
+        return f"{ver.get('major')}.{int(ver.get('minor', 0)):02d}.{ver.get('micro', 0)}"
+    return None
+
+
+def to_int(value: str, what: str) -> int:
+    """An integer field of the probe's format, or a ParseError naming it."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ParseError(f"{what}: expected an integer, got {snippet(value)}") from None

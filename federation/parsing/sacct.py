@@ -1,0 +1,236 @@
+"""``sacct`` (accounting) -> :class:`AcctRecord` per job and step.
+
+Text: ``sacct -p``/``-P`` (``|``-delimited, ``-p`` adds a trailing ``|``) with a header, or
+``-n`` with an explicit column list. JSON: ``sacct --json`` from 21.08 (openapi dbv0.0.37)
+to data_parser v0.0.4x (states as arrays, numbers as ``{set, infinite, number}``).
+States go through :func:`federation.parsing.states.parse_job_state` (``CANCELLED by 123``
+is ``cancelled``). Malformed text lines are skipped and counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from federation.errors import ParseError
+from federation.parsing.common import clean, json_int, json_number, json_str, load_json
+from federation.parsing.gres import parse_tres
+from federation.parsing.states import parse_job_state
+from federation.parsing.table import parse_delimited
+from federation.parsing.times import epoch, parse_duration, parse_timestamp
+from federation.snapshot import JobStateName
+
+
+@dataclass(frozen=True)
+class AcctRecord:
+    """One accounting row: a job (``is_step`` False) or one of its steps."""
+
+    job_id: str
+    state: JobStateName
+    state_raw: str
+    job_name: str | None = None
+    account: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    partition: str | None = None
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    elapsed_s: int | None = None
+    time_limit_s: int | None = None
+    alloc_tres: dict[str, str] = field(default_factory=dict)
+    exit_code: str | None = None
+
+    @property
+    def is_step(self) -> bool:
+        """``123.batch``, ``123.extern``, ``123.0`` are steps; ``123`` and ``123_4`` jobs."""
+        return "." in self.job_id
+
+    @property
+    def parent_job_id(self) -> str:
+        return self.job_id.split(".", 1)[0]
+
+
+_COLS = {
+    "JOBID": "job_id",
+    "JOBNAME": "job_name",
+    "STATE": "state",
+    "ACCOUNT": "account",
+    "USER": "user",
+    "UID": "uid",
+    "PARTITION": "partition",
+    "SUBMIT": "submit",
+    "START": "start",
+    "END": "end",
+    "ELAPSED": "elapsed",
+    "TIMELIMIT": "timelimit",
+    "ALLOCTRES": "alloc_tres",
+    "EXITCODE": "exit_code",
+}
+
+
+def parse_sacct_parsable(
+    text: str,
+    columns: Sequence[str] | None = None,
+    *,
+    delimiter: str = "|",
+    utc_offset_s: float = 0,
+    warnings: list[str] | None = None,
+) -> list[AcctRecord]:
+    """``sacct -p``/``-P`` text -> records (header line unless ``columns`` is given)."""
+    notes = [] if warnings is None else warnings
+    table = parse_delimited(text, delimiter, columns)
+    notes.extend(table.warnings)
+    idx: dict[str, int] = {}
+    for i, col in enumerate(table.columns):
+        key = _COLS.get(col.strip().upper())
+        if key is not None:
+            idx.setdefault(key, i)
+    if "job_id" not in idx or "state" not in idx:
+        raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
+    out: list[AcctRecord] = []
+    for n, row in enumerate(table.rows, start=1):
+        get = {k: row[i] for k, i in idx.items()}
+        try:
+            raw_state = get["state"].strip()
+            uid_text = clean(get.get("uid"))
+            out.append(
+                AcctRecord(
+                    job_id=get["job_id"].strip(),
+                    state=parse_job_state(raw_state),
+                    state_raw=raw_state,
+                    job_name=clean(get.get("job_name")),
+                    account=clean(get.get("account")),
+                    user=clean(get.get("user")),
+                    uid=int(uid_text) if uid_text and uid_text.isdigit() else None,
+                    partition=clean(get.get("partition")),
+                    submit_time=parse_timestamp(get.get("submit"), utc_offset_s),
+                    start_time=parse_timestamp(get.get("start"), utc_offset_s),
+                    end_time=parse_timestamp(get.get("end"), utc_offset_s),
+                    elapsed_s=parse_duration(get.get("elapsed")),
+                    time_limit_s=parse_duration(get.get("timelimit")),
+                    alloc_tres=parse_tres(get.get("alloc_tres")),
+                    exit_code=clean(get.get("exit_code")),
+                )
+            )
+        except ParseError as e:
+            notes.append(f"sacct row {n} skipped: {e}")
+    return out
+
+
+def _tres_list(items: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not isinstance(items, list):
+        return out
+    for t in items:
+        if not isinstance(t, Mapping):
+            continue
+        kind = str(t.get("type") or "")
+        name = t.get("name")
+        key = f"{kind}/{name}" if name else kind
+        count = json_number(t.get("count"))
+        if kind and count is not None:
+            out[key.lower()] = str(int(count))
+    return out
+
+
+def _state(value: Any) -> tuple[JobStateName, str]:
+    if isinstance(value, Mapping):
+        value = value.get("current")
+    if isinstance(value, list):
+        raw = "+".join(str(v) for v in value)
+        return parse_job_state([str(v) for v in value]), raw
+    raw = str(value) if value is not None else ""
+    return parse_job_state(raw), raw
+
+
+def _json_job_id(j: Mapping[str, Any]) -> str:
+    job_id = json_int(j.get("job_id"))
+    if job_id is None:
+        raise ParseError("sacct JSON: job without job_id")
+    array = j.get("array")
+    if isinstance(array, Mapping):
+        array_job = json_int(array.get("job_id")) or 0
+        task = json_int(array.get("task_id"))
+        if array_job and task is not None:
+            return f"{array_job}_{task}"
+    return str(job_id)
+
+
+def parse_sacct_json(
+    source: str | bytes | Mapping[str, Any], *, include_steps: bool = False
+) -> list[AcctRecord]:
+    """``sacct --json`` -> one record per job (and per step with ``include_steps``)."""
+    data = load_json(source, "sacct JSON")
+    if data.get("errors"):
+        raise ParseError(f"sacct JSON reports errors: {data['errors']!r:.200}")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ParseError(f"sacct JSON: no 'jobs' list (keys: {sorted(data)[:10]})")
+    out: list[AcctRecord] = []
+    for i, j in enumerate(jobs):
+        if not isinstance(j, Mapping):
+            raise ParseError(f"sacct JSON jobs[{i}]: expected an object")
+        t = j.get("time") if isinstance(j.get("time"), Mapping) else {}
+        assert isinstance(t, Mapping)
+        state, raw = _state(j.get("state"))
+        limit = json_number(t.get("limit"))
+        tres = j.get("tres") if isinstance(j.get("tres"), Mapping) else {}
+        assert isinstance(tres, Mapping)
+        assoc = j.get("association") if isinstance(j.get("association"), Mapping) else {}
+        assert isinstance(assoc, Mapping)
+        job_id = _json_job_id(j)
+        out.append(
+            AcctRecord(
+                job_id=job_id,
+                state=state,
+                state_raw=raw,
+                job_name=json_str(j.get("name")),
+                account=json_str(j.get("account")),
+                user=json_str(j.get("user")) or json_str(assoc.get("user")),
+                partition=json_str(j.get("partition")),
+                submit_time=epoch(json_number(t.get("submission"))),
+                start_time=epoch(json_number(t.get("start"))),
+                end_time=epoch(json_number(t.get("end"))),
+                elapsed_s=json_int(t.get("elapsed")),
+                time_limit_s=None if limit is None else int(limit * 60),
+                alloc_tres=_tres_list(tres.get("allocated")),
+            )
+        )
+        if not include_steps:
+            continue
+        for s in j.get("steps") or []:
+            if not isinstance(s, Mapping):
+                continue
+            step = s.get("step") if isinstance(s.get("step"), Mapping) else {}
+            assert isinstance(step, Mapping)
+            st = s.get("time") if isinstance(s.get("time"), Mapping) else {}
+            assert isinstance(st, Mapping)
+            sid = step.get("id")
+            if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
+                sid = f"{sid.get('job_id', job_id)}.{sid.get('step_id')}"
+            sstate, sraw = _state(s.get("state"))
+            stres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
+            assert isinstance(stres, Mapping)
+            out.append(
+                AcctRecord(
+                    job_id=str(sid) if sid else f"{job_id}.?",
+                    state=sstate,
+                    state_raw=sraw,
+                    job_name=json_str(step.get("name")),
+                    start_time=epoch(json_number(st.get("start"))),
+                    end_time=epoch(json_number(st.get("end"))),
+                    elapsed_s=json_int(st.get("elapsed")),
+                    alloc_tres=_tres_list(stres.get("allocated")),
+                )
+            )
+    return out
+
+
+def state_counts(records: Iterable[AcctRecord], *, jobs_only: bool = True) -> dict[str, int]:
+    """Records per state (jobs only by default: steps have their own states)."""
+    c: Counter[str] = Counter(r.state for r in records if not (jobs_only and r.is_step))
+    return dict(c)

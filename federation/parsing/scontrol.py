@@ -1,0 +1,328 @@
+"""``scontrol show partition|job|node`` (one-line ``-o`` or multi-line) -> records.
+
+Each record is ``Key=value`` tokens. Values may hold spaces (``Reason=Not responding [slurm@
+...]``, ``OS=Linux 6.1.0 #1 SMP``), ``=`` (``TRES=cpu=1,mem=2G``) or nothing (``AllocTRES=``);
+a value runs to the next ``Key=`` that follows whitespace. Multi-line records start at an
+unindented line beginning with the record's first key (``JobId=``, ``NodeName=``...);
+indented, blank and whitespace-only lines continue the record, so a ``Reason=`` after a
+whitespace-only line stays with its node. Lines with no ``Key=`` at all (22.05 prints
+``NtasksPerTRES:0``) are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from federation.errors import ParseError
+from federation.parsing.common import clean, snippet
+from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
+from federation.parsing.hostlist import count_hosts
+from federation.parsing.states import parse_job_state, parse_node_state
+from federation.parsing.times import (
+    is_unlimited,
+    parse_duration,
+    parse_memory,
+    parse_timestamp,
+)
+from federation.snapshot import JobRecord, NodeRecord
+
+_KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
+
+PartitionStateName = Literal["up", "down", "drain", "inactive", "unknown"]
+
+
+def _tokens(line: str) -> list[tuple[str, str]]:
+    matches = list(_KEY.finditer(line))
+    out = []
+    for k, m in enumerate(matches):
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(line)
+        value = line[m.end() : end].strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        out.append((m.group(1), value))
+    return out
+
+
+def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+    """Every record in ``scontrol show ...`` output as ``{key: value}`` (values stripped).
+
+    Raises :class:`ParseError` when the output has non-empty lines but no ``Key=value``.
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"scontrol: expected text output, got {type(text).__name__}")
+    records: list[dict[str, str]] = []
+    head: str | None = None
+    current: dict[str, str] | None = None
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        toks = _tokens(line)
+        if not toks:
+            if current is None:
+                raise ParseError(
+                    f"scontrol line {n}: expected Key=value records, got {snippet(line)}"
+                )
+            continue
+        first_key = toks[0][0]
+        starts = not line[:1].isspace() and line.lstrip().startswith(first_key + "=")
+        if head is None:
+            if not starts:
+                raise ParseError(f"scontrol line {n}: record does not start with Key=: {line!r}")
+            head = first_key
+        if starts and first_key == head:
+            current = {}
+            records.append(current)
+        assert current is not None
+        for k, v in toks:
+            current.setdefault(k, v)
+    return records
+
+
+# --- partitions --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What ``scontrol show partition`` says about one partition."""
+
+    name: str
+    state: PartitionStateName
+    max_time_s: int | None
+    """None when unlimited (``MaxTime=UNLIMITED``)."""
+    default: bool = False
+    total_nodes: int | None = None
+    total_cpus: int | None = None
+    nodes: str | None = None
+    default_time_s: int | None = None
+    gpus_by_type: dict[str, int] = field(default_factory=dict)
+    tres: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+_PART_STATES: dict[str, PartitionStateName] = {
+    "up": "up",
+    "down": "down",
+    "drain": "drain",
+    "inactive": "inactive",
+}
+
+
+def _opt_int(value: str | None) -> int | None:
+    v = clean(value)
+    if v is None or not v.isdigit():
+        return None
+    return int(v)
+
+
+def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> PartitionInfo:
+    name = clean(rec.get("PartitionName"))
+    if name is None:
+        raise ParseError(f"{where}: record without PartitionName: {snippet(str(rec))}")
+    state = _PART_STATES.get((rec.get("State") or "").strip().lower(), "unknown")
+    max_time = rec.get("MaxTime")
+    try:
+        max_time_s = (
+            None if max_time is None or is_unlimited(max_time) else parse_duration(max_time)
+        )
+        default_time_s = parse_duration(rec.get("DefaultTime"))
+    except ParseError as e:
+        raise ParseError(f"{where} partition {name}: {e}") from None
+    tres = parse_tres(rec.get("TRES"))
+    gpus: dict[str, int] = {}
+    for key, val in tres.items():
+        if key.startswith("gres/gpu:") and val.isdigit():
+            gpus[key.split(":", 1)[1]] = int(val)
+    if not gpus:
+        total, _ = tres_gpus(tres)
+        if total:
+            gpus[UNTYPED] = total
+    return PartitionInfo(
+        name=name,
+        state=state,
+        max_time_s=max_time_s,
+        default=(rec.get("Default") or "").upper() == "YES",
+        total_nodes=_opt_int(rec.get("TotalNodes")),
+        total_cpus=_opt_int(rec.get("TotalCPUs")),
+        nodes=clean(rec.get("Nodes")),
+        default_time_s=default_time_s,
+        gpus_by_type=gpus,
+        tres=tres,
+        raw=dict(rec),
+    )
+
+
+def parse_scontrol_partitions(text: str) -> list[PartitionInfo]:
+    """``scontrol show partition [-o]`` -> one :class:`PartitionInfo` per partition."""
+    records = parse_scontrol_records(text)
+    out = []
+    for n, rec in enumerate(records, start=1):
+        if "PartitionName" not in rec:
+            raise ParseError(f"scontrol show partition record {n}: no PartitionName= key")
+        out.append(partition_from_record(rec, f"scontrol show partition record {n}"))
+    return out
+
+
+def partition_node_count(info: PartitionInfo) -> int:
+    """Nodes in the partition: TotalNodes, else the expanded Nodes= host list."""
+    if info.total_nodes is not None:
+        return info.total_nodes
+    return count_hosts(info.nodes)
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+def _leading_int(value: str | None, default: int) -> int:
+    m = re.match(r"\s*(\d+)", value or "")
+    return int(m.group(1)) if m else default
+
+
+def _user(value: str | None) -> str | None:
+    v = clean(value)
+    if v is None:
+        return None
+    return v.split("(", 1)[0] or None
+
+
+def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "") -> JobRecord:
+    """One ``scontrol show job`` record -> :class:`JobRecord` (same conventions as squeue)."""
+    job_id = clean(rec.get("JobId"))
+    if job_id is None:
+        raise ParseError(f"{where}: record without JobId")
+    array_job, array_task = clean(rec.get("ArrayJobId")), clean(rec.get("ArrayTaskId"))
+    if array_job and array_task:
+        job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
+    reason = clean(rec.get("Reason"))
+    state = parse_job_state(clean(rec.get("JobState")), reason)
+    nodes = _leading_int(rec.get("NumNodes"), 1)  # "1" or a range "1-2"
+    cpus = _leading_int(rec.get("NumCPUs"), 1)
+    tasks = _opt_int(rec.get("NumTasks"))
+    tres = parse_tres(rec.get("TRES") or rec.get("ReqTRES") or rec.get("AllocTRES"))
+    gpus, gpu_type = tres_gpus(tres)
+    for key, mult in (("TresPerJob", 1), ("TresPerNode", nodes), ("TresPerTask", tasks or 1)):
+        n, t = request_gpus(rec.get(key))
+        if n and not gpus:
+            gpus = n * mult
+        gpu_type = gpu_type or t
+    mem_mb: int | None = None
+    if "mem" in tres:
+        total, _ = parse_memory(tres["mem"])
+        mem_mb = None if total is None else total // max(1, nodes)
+    elif clean(rec.get("MinMemoryNode")):
+        mem_mb, _ = parse_memory(rec["MinMemoryNode"])
+    elif clean(rec.get("MinMemoryCPU")):
+        per_cpu, _ = parse_memory(rec["MinMemoryCPU"])
+        mem_mb = None if per_cpu is None else per_cpu * cpus // max(1, nodes)
+    priority = _opt_int(rec.get("Priority"))
+
+    def ts(key: str) -> datetime | None:
+        return parse_timestamp(rec.get(key), utc_offset_s)
+
+    data: dict[str, Any] = {
+        "job_id": job_id,
+        "partition": clean(rec.get("Partition")) or "",
+        "state": state,
+        "reason": reason,
+        "user": _user(rec.get("UserId")),
+        "name": clean(rec.get("JobName")),
+        "nodes": nodes,
+        "cpus": cpus,
+        "mem_mb": mem_mb,
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "time_limit_s": parse_duration(rec.get("TimeLimit")),
+        "submit_time": ts("SubmitTime"),
+        "start_time": ts("StartTime"),
+        "end_time": ts("EndTime"),
+        "priority": priority,
+    }
+    try:
+        return JobRecord.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ParseError(f"{where} job {job_id}: field {loc}: {first['msg']}") from None
+
+
+def parse_scontrol_jobs(text: str, utc_offset_s: float = 0) -> list[JobRecord]:
+    """``scontrol show job [-o]`` -> JobRecords."""
+    out = []
+    for n, rec in enumerate(parse_scontrol_records(text), start=1):
+        if "JobId" not in rec:
+            raise ParseError(f"scontrol show job record {n}: no JobId= key")
+        out.append(job_from_record(rec, utc_offset_s, f"scontrol show job record {n}"))
+    return out
+
+
+# --- nodes -------------------------------------------------------------------------------
+
+_REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
+
+
+def nodes_from_record(rec: dict[str, str], where: str = "") -> list[NodeRecord]:
+    """One ``scontrol show node`` record -> a :class:`NodeRecord` per partition it is in.
+
+    GPUs in use come from ``AllocTRES`` (``gres/gpu:a100=1``), totals from ``Gres``; the
+    ``[user@time]`` stamp is dropped from ``Reason``.
+    """
+    name = clean(rec.get("NodeName"))
+    if name is None:
+        raise ParseError(f"{where}: record without NodeName")
+    state, flags = parse_node_state(clean(rec.get("State")))
+    cpus_total = _leading_int(rec.get("CPUTot"), 0)
+    cpus_alloc = _leading_int(rec.get("CPUAlloc"), 0)
+    alloc_tres = parse_tres(rec.get("AllocTRES"))
+    used: dict[str, int] = {}
+    for key, val in alloc_tres.items():
+        if key.startswith("gres/gpu:") and val.isdigit():
+            used[key.split(":", 1)[1]] = int(val)
+    if not used and clean(rec.get("GresUsed")):
+        used = gpus_by_type(rec["GresUsed"])
+    if not used:
+        n, _ = tres_gpus(alloc_tres)
+        if n:
+            used[UNTYPED] = n
+    reason = clean(rec.get("Reason"))
+    if reason is not None:
+        reason = _REASON_STAMP.sub("", reason) or None
+    feats = clean(rec.get("AvailableFeatures"))
+    features = tuple(f for f in (feats or "").split(",") if f)
+    parts = [p for p in (clean(rec.get("Partitions")) or "").split(",") if p]
+    out = []
+    for part in parts:
+        data = {
+            "name": name,
+            "partition": part,
+            "state": state,
+            "state_flags": flags,
+            "reason": reason,
+            "cpus_total": cpus_total,
+            "cpus_alloc": cpus_alloc,
+            "mem_mb_total": _leading_int(rec.get("RealMemory"), 0),
+            "mem_mb_alloc": _leading_int(rec.get("AllocMem"), 0),
+            "gpus_total_by_type": gpus_by_type(rec.get("Gres")),
+            "gpus_alloc_by_type": used,
+            "features": features,
+        }
+        try:
+            out.append(NodeRecord.model_validate(data))
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ParseError(f"{where} node {name}: field {loc}: {first['msg']}") from None
+    return out
+
+
+def parse_scontrol_nodes(text: str) -> list[NodeRecord]:
+    """``scontrol show node [-o]`` -> NodeRecords (one per node and partition)."""
+    out: list[NodeRecord] = []
+    for n, rec in enumerate(parse_scontrol_records(text), start=1):
+        if "NodeName" not in rec:
+            raise ParseError(f"scontrol show node record {n}: no NodeName= key")
+        out.extend(nodes_from_record(rec, f"scontrol show node record {n}"))
+    return out

@@ -1,0 +1,123 @@
+"""``squeue --start`` -> Slurm's start estimate per pending job.
+
+``squeue --start`` ignores ``-O``, so the probe uses ``-o`` %-codes (:data:`START_CODES`) with
+the same 0x1F/0x1E delimiters as its other commands. The default human format
+(``JOBID PARTITION NAME USER ST START_TIME NODES SCHEDNODES NODELIST(REASON)``) is read too,
+as a third-party format: lines that do not fit are skipped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from federation.errors import ParseError
+from federation.parsing.common import clean, snippet, split_records
+from federation.parsing.states import JOB_STATE_TABLE
+from federation.parsing.times import parse_timestamp, zone_suffix
+
+START_CODES: tuple[tuple[str, str], ...] = (
+    ("%i", "JobArrayID"),
+    ("%P", "Partition"),
+    ("%S", "StartTime"),
+    ("%Y", "SchedNodes"),
+    ("%r", "Reason"),
+)
+"""The probe's ``squeue --start -o`` codes and the field names it records for them."""
+START_FIELDS: tuple[str, ...] = tuple(name for _, name in START_CODES)
+
+
+class StartEstimate(NamedTuple):
+    """Slurm's expected start of one pending job (None when it has no estimate yet)."""
+
+    job_id: str
+    partition: str
+    start_time: datetime | None
+    sched_nodes: str | None = None
+    reason: str | None = None
+
+
+def parse_squeue_start(
+    stdout: str, fields: Sequence[str] = START_FIELDS, utc_offset_s: float = 0
+) -> dict[str, StartEstimate]:
+    """The probe's ``squeue --start`` output -> {job id: estimate}; strict like the probe."""
+    fields = tuple(fields)
+    try:
+        i_id = fields.index("JobArrayID")
+        i_start = fields.index("StartTime")
+    except ValueError:
+        raise ParseError(
+            f"squeue --start: probe field list {list(fields)} needs JobArrayID and StartTime"
+        ) from None
+    i_part = fields.index("Partition") if "Partition" in fields else None
+    i_nodes = fields.index("SchedNodes") if "SchedNodes" in fields else None
+    i_reason = fields.index("Reason") if "Reason" in fields else None
+    out: dict[str, StartEstimate] = {}
+    suffix = zone_suffix(utc_offset_s)
+    for n, row in enumerate(split_records(stdout, len(fields), "squeue --start"), start=1):
+        job_id = row[i_id].strip()
+        if not job_id:
+            raise ParseError(f"squeue --start record {n}: empty job id")
+        text = row[i_start]
+        try:
+            if text == "N/A":
+                start = None
+            elif len(text) == 19 and not utc_offset_s:
+                start = datetime.fromisoformat(text + suffix)
+            else:
+                start = parse_timestamp(text, utc_offset_s)
+        except (ParseError, ValueError) as e:
+            raise ParseError(f"squeue --start record {n} (job {job_id}): {e}") from None
+        out[job_id] = StartEstimate(
+            job_id,
+            row[i_part].strip() if i_part is not None else "",
+            start,
+            clean(row[i_nodes]) if i_nodes is not None else None,
+            clean(row[i_reason]) if i_reason is not None else None,
+        )
+    return out
+
+
+def parse_squeue_start_default(
+    text: str, utc_offset_s: float = 0, warnings: list[str] | None = None
+) -> dict[str, StartEstimate]:
+    """Default ``squeue --start`` text (whitespace columns with a header) -> estimates.
+
+    Lines that do not have a job state in the ST column and a timestamp (or N/A) in
+    START_TIME are skipped, with a note in ``warnings``.
+    """
+    notes = [] if warnings is None else warnings
+    out: dict[str, StartEstimate] = {}
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if lines and lines[0].split()[:1] == ["JOBID"]:
+        lines = lines[1:]
+    for n, line in enumerate(lines, start=2):
+        parts = line.split(None, 8)
+        # JOBID PARTITION NAME USER ST START_TIME NODES SCHEDNODES NODELIST(REASON)
+        # NAME may hold spaces: locate ST and START_TIME from the right of NAME.
+        st_at = next(
+            (
+                k
+                for k in range(3, len(parts) - 1)
+                if parts[k].lower() in JOB_STATE_TABLE and k + 1 < len(parts)
+            ),
+            None,
+        )
+        if len(parts) < 6 or st_at is None:
+            notes.append(f"squeue --start line {n}: not in the default format: {snippet(line)}")
+            continue
+        try:
+            start = parse_timestamp(parts[st_at + 1], utc_offset_s)
+        except ParseError as e:
+            notes.append(f"squeue --start line {n}: {e}")
+            continue
+        tail = line.split(None, st_at + 4)
+        out[parts[0]] = StartEstimate(
+            job_id=parts[0],
+            partition=parts[1],
+            start_time=start,
+            sched_nodes=clean(tail[st_at + 3]) if len(tail) > st_at + 3 else None,
+            reason=clean(tail[st_at + 4].strip().strip("()")) if len(tail) > st_at + 4 else None,
+        )
+    return out
