@@ -297,17 +297,18 @@ class LocalComputeService:
             rec = self._recover(tid)
         if rec is None:
             raise _HTTPError(404, "TASK_NOT_FOUND", f"Task {tid} not found")
-        view: dict[str, Any] = {
-            "task_id": tid,
-            "status": rec.status,
-            "task_group_id": rec.task_group_id,
-        }
-        if rec.result is not None:
-            key = "exception" if rec.result.is_error else "result"
-            view[key] = rec.result.data
-            view["completion_t"] = str(rec.completed_at)
-            if rec.result.details:
-                view["details"] = rec.result.details
+        with self._lock:  # status, result and completion time change together
+            view: dict[str, Any] = {
+                "task_id": tid,
+                "status": rec.status,
+                "task_group_id": rec.task_group_id,
+            }
+            if rec.result is not None:
+                key = "exception" if rec.result.is_error else "result"
+                view[key] = rec.result.data
+                view["completion_t"] = str(rec.completed_at)
+                if rec.result.details:
+                    view["details"] = rec.result.details
         return view
 
     def _recover(self, tid: str) -> _TaskRecord | None:
