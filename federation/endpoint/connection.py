@@ -62,8 +62,8 @@ class EndpointConnection:
         while True:
             try:
                 msg = protocol.recv(conn)
-            except (EOFError, OSError, ValueError):
-                break
+            except (EOFError, OSError, ValueError, TypeError):
+                break  # closed (TypeError: closed under us by close() on another thread)
             if msg["op"] == "reply":
                 slot = self._waiting.pop(int(msg.get("req") or 0), None)
                 if slot is not None:

@@ -181,9 +181,12 @@ class LocalComputeService:
         if rec is None:
             return
         if msg["op"] == "task.started":
-            rec.status, rec.started_at = "running", float(msg["at"])
             job = msg.get("job_id")
-            rec.job_id = None if job in (None, "None") else str(job)
+            with self._lock:  # a late 'started' must not undo a result that came first
+                if rec.result is None:
+                    rec.status = "running"
+                rec.started_at = float(msg["at"])
+                rec.job_id = None if job in (None, "None") else str(job)
             for listener in self._started_listeners:
                 try:
                     listener(tid, rec.job_id)
