@@ -9,6 +9,7 @@ from typing import Annotated
 import click
 import typer
 
+from federation.cli_service import register as register_service
 from federation.cli_sites import sites_app
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(sites_app, name="sites")
+register_service(app)  # serve, mcp, token
 
 
 @app.command()

@@ -1,0 +1,389 @@
+"""The federation as MCP tools, for agents: inspect, draft, submit, await, get, cancel.
+
+Runs over stdio (``python -m federation.mcp_server``) or streamable HTTP (``--transport
+http``, bearer tokens from ``federation token issue``). Backed by an embedded coordinator
+over the local sites by default, or by a running HTTP service (``--service URL --token T``).
+
+Every tool answers in well under a second, except ``await_event``, which blocks at most its
+``timeout_s`` (default 20 s, at most 50 s: below the usual MCP client timeouts). Tasks are
+shell commands or catalog functions by name: no code travels over MCP.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, JsonValue, ValidationError
+
+from federation.catalog import FunctionInfo
+from federation.drafting import EnvelopeDraft, TaskHints
+from federation.envelope import ResourceEnvelope
+from federation.events import EventKind
+from federation.service.models import (
+    CancelResponse,
+    DraftRequest,
+    EventsPage,
+    FederationSummary,
+    SubmitResponse,
+    TaskRequest,
+    TaskStatus,
+    summarize,
+)
+from federation.service.ops import Operations, OpsError
+
+logger = logging.getLogger("federation.mcp")
+
+DEFAULT_AWAIT_S = 20.0
+MAX_AWAIT_S = 50.0
+DEFAULT_HTTP_PORT = 8766
+READY_TIMEOUT_S = 120.0
+
+INSTRUCTIONS = """\
+Run work on a federation of Slurm supercomputers (each behind a Globus Compute endpoint).
+The loop: inspect_federation (what is free where) -> draft_envelope (resource bounds for
+your task, validated against the sites) -> submit_task (returns at once with a task_id,
+the placement and a cursor) -> await_event(after=cursor, task_ids=[task_id]) repeatedly,
+passing back the cursor it returns, until a task.completed or task.failed event ->
+get_result(task_id) for the output. A task is a shell `command` or a catalog `function`
+(list_functions) with JSON arguments."""
+
+AwaitOps = Callable[[], Awaitable[Operations]]
+
+
+def _tool_error(e: OpsError) -> ToolError:
+    b = e.body
+    text = f"{b.error}: {b.message}"
+    if b.hint:
+        text += f"\nWhat to do: {b.hint}"
+    if b.details:
+        text += f"\nDetails: {json.dumps(b.details, default=str)[:4000]}"
+    return ToolError(text)
+
+
+async def _run(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return await anyio.to_thread.run_sync(lambda: fn(*args))
+    except OpsError as e:
+        raise _tool_error(e) from e
+
+
+def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
+    """An MCP server whose tools call the operations that ``get_ops()`` yields."""
+    mcp = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @mcp.tool(
+        description=(
+            "Show every site and partition of the federation: reachable or not (with the "
+            "error), CPUs/memory/GPUs total and idle, running and pending jobs, max walltime. "
+            "Answers at once from the last probe (refreshed every ~15 s; `age_s` says how "
+            "old); refresh=true probes every site now, which takes a few seconds."
+        )
+    )
+    async def inspect_federation(
+        refresh: Annotated[bool, Field(description="probe the sites now (slower)")] = False,
+    ) -> FederationSummary:
+        ops = await get_ops()
+        snap = await _run(ops.inspect, refresh)
+        return summarize(snap)
+
+    @mcp.tool(
+        description=(
+            "List the catalog: functions that submit_task can run by name, each with its "
+            "parameters, a JSON schema of its arguments and what it returns."
+        )
+    )
+    async def list_functions() -> list[FunctionInfo]:
+        ops = await get_ops()
+        result: list[FunctionInfo] = await _run(ops.functions)
+        return result
+
+    @mcp.tool(
+        description=(
+            "Propose a resource envelope (CPU/GPU/memory/walltime bounds) for a task "
+            "described in words, plus optional hints, validated against the sites. Returns "
+            "the envelope, its rationale and confidence, and a validation: which "
+            "site/partitions can host it, why the others cannot, and (if none can) the "
+            "bound to relax and the nearest feasible envelope. Nothing is submitted."
+        )
+    )
+    async def draft_envelope(
+        description: Annotated[
+            str, Field(min_length=1, max_length=10_000, description="what the task does")
+        ],
+        hints: Annotated[
+            TaskHints | None, Field(description="what you know beyond the description")
+        ] = None,
+    ) -> EnvelopeDraft:
+        ops = await get_ops()
+        draft: EnvelopeDraft = await _run(
+            ops.draft, DraftRequest(description=description, hints=hints)
+        )
+        return draft
+
+    @mcp.tool(
+        description=(
+            "Submit a task within a resource envelope; returns AT ONCE (it does not wait for "
+            "the task) with task_id, the chosen site/partition, the granted shape, the "
+            "decision trace (why this site, why not each other) and `cursor`. Give exactly "
+            "one of `command` (a shell command run in the Slurm allocation) or `function` "
+            "(a catalog name from list_functions, with JSON `args`/`kwargs`). Then call "
+            "await_event(after=cursor, task_ids=[task_id]). Fails, with nothing submitted, "
+            "on a bad envelope or arguments, or when no site can host the envelope (the "
+            "error gives the reason per site)."
+        )
+    )
+    async def submit_task(
+        envelope: Annotated[
+            ResourceEnvelope,
+            Field(description="resource bounds, e.g. the envelope from draft_envelope"),
+        ],
+        command: Annotated[str | None, Field(description="shell command to run")] = None,
+        function: Annotated[str | None, Field(description="catalog function name")] = None,
+        args: Annotated[
+            list[JsonValue] | None, Field(description="positional arguments of `function`")
+        ] = None,
+        kwargs: Annotated[
+            dict[str, JsonValue] | None, Field(description="keyword arguments of `function`")
+        ] = None,
+        name: Annotated[str, Field(max_length=200, description="a label for the task")] = "",
+    ) -> SubmitResponse:
+        try:
+            req = TaskRequest(
+                command=command,
+                function=function,
+                args=args or [],
+                kwargs=kwargs or {},
+                name=name,
+                envelope=envelope,
+            )
+        except ValidationError as e:
+            msgs = "; ".join(err["msg"] for err in e.errors(include_url=False))
+            raise ToolError(f"bad_request: {msgs}") from e
+        ops = await get_ops()
+        resp: SubmitResponse = await _run(ops.submit, req, "mcp")
+        return resp
+
+    @mcp.tool(
+        description=(
+            "A task's state (queued, running, completed, failed) and placement, at once; "
+            "it does not wait. Once done, `result` holds the manifest: value (when JSON, "
+            "else value_repr), error and remote_traceback, stdout/stderr/returncode for "
+            "commands, Slurm job id, queue wait and runtime, and its events. To wait for a "
+            "task, use await_event."
+        )
+    )
+    async def get_result(
+        task_id: Annotated[str, Field(description="the task_id submit_task returned")],
+    ) -> TaskStatus:
+        ops = await get_ops()
+        status: TaskStatus = await _run(ops.status, task_id)
+        return status
+
+    @mcp.tool(
+        description=(
+            "Wait for task events (task.queued, task.started, task.completed, task.failed) "
+            "after the cursor `after`. Returns as soon as at least one matching event "
+            f"exists, or after timeout_s (default {DEFAULT_AWAIT_S:.0f}, at most "
+            f"{MAX_AWAIT_S:.0f} s) with timed_out=true and no events. Always pass the "
+            "returned `cursor` as `after` on the next call: no event is missed or repeated. "
+            "Start from the cursor submit_task returned."
+        )
+    )
+    async def await_event(
+        after: Annotated[int, Field(ge=0, description="cursor from the last call")] = 0,
+        task_ids: Annotated[
+            list[str] | None, Field(description="only events of these tasks")
+        ] = None,
+        kinds: Annotated[
+            list[EventKind] | None, Field(description="only these kinds of event")
+        ] = None,
+        timeout_s: Annotated[
+            float, Field(ge=0, le=MAX_AWAIT_S, description="longest wait, seconds")
+        ] = DEFAULT_AWAIT_S,
+    ) -> EventsPage:
+        ops = await get_ops()
+        try:
+            return await ops.events(after, task_ids, kinds, timeout_s)
+        except OpsError as e:
+            raise _tool_error(e) from e
+
+    @mcp.tool(
+        description=(
+            "Cancel a task that has not started running. Returns cancelled=true if it was "
+            "withdrawn, else false with the reason (already running or finished)."
+        )
+    )
+    async def cancel(
+        task_id: Annotated[str, Field(description="the task_id submit_task returned")],
+    ) -> CancelResponse:
+        ops = await get_ops()
+        resp: CancelResponse = await _run(ops.cancel, task_id)
+        return resp
+
+    return mcp
+
+
+class Backend:
+    """Builds the operations in a background thread, so the MCP handshake answers at once.
+
+    Tools wait for it (the first call after start may take the few seconds of connecting).
+    """
+
+    def __init__(self, factory: Callable[[], Operations]) -> None:
+        self._factory = factory
+        self._ops: Operations | None = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._build, name="federation-backend", daemon=True).start()
+
+    def _build(self) -> None:
+        try:
+            self._ops = self._factory()
+        except BaseException as e:
+            logger.exception("could not connect to the federation")
+            self._error = e
+        finally:
+            self._ready.set()
+
+    async def get(self) -> Operations:
+        if not self._ready.is_set():
+            await anyio.to_thread.run_sync(self._ready.wait, READY_TIMEOUT_S)
+        if self._ops is None:
+            why = self._error or TimeoutError(f"not connected after {READY_TIMEOUT_S:.0f} s")
+            raise ToolError(
+                f"the federation is not available: {type(why).__name__}: {why}. "
+                "Check `federation sites status` (or the --service URL and token)."
+            )
+        return self._ops
+
+    def close(self) -> None:
+        if self._ops is not None:
+            self._ops.close()
+
+
+def embedded_ops(
+    home: Path | None = None, sites: list[str] | None = None, bring_up: bool = True
+) -> Operations:
+    """A coordinator over the local sites, as :class:`LocalOps`."""
+    from federation.local import LocalSites
+    from federation.service.ops import LocalOps
+
+    local = LocalSites(home=home, sites=sites)
+    if bring_up:
+        local.up()
+    coord = local.connect()
+
+    def close() -> None:
+        coord.close()
+        if local.service is not None:
+            local.service.close()
+
+    return LocalOps(coord, on_close=close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="federation-mcp", description="The federation as MCP tools (stdio or HTTP)."
+    )
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP transport: bind address")
+    p.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP transport: port")
+    p.add_argument("--home", type=Path, default=None, help="federation home ($FEDERATION_HOME)")
+    p.add_argument("--site", action="append", default=None, help="limit to these sites")
+    p.add_argument("--no-up", action="store_true", help="do not bring the local sites up")
+    p.add_argument(
+        "--tokens",
+        type=Path,
+        default=None,
+        help="HTTP transport: token database (default: <home>/service/tokens.db)",
+    )
+    p.add_argument("--service", default=None, help="use the HTTP service at this URL")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("FEDERATION_TOKEN"),
+        help="bearer token for --service (default: $FEDERATION_TOKEN)",
+    )
+    a = p.parse_args(argv)
+    run(
+        transport=a.transport,
+        host=a.host,
+        port=a.port,
+        home=a.home,
+        sites=a.site,
+        bring_up=not a.no_up,
+        service=a.service,
+        token=a.token,
+        tokens_db=a.tokens,
+    )
+
+
+def run(
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_HTTP_PORT,
+    home: Path | None = None,
+    sites: list[str] | None = None,
+    bring_up: bool = True,
+    service: str | None = None,
+    token: str | None = None,
+    tokens_db: Path | None = None,
+) -> None:
+    """Serve the MCP tools until the client goes away (stdio) or interrupted (HTTP)."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from federation.service.tokens import default_token_db, install_redaction
+
+    install_redaction()
+    if service:
+        if not token:
+            raise SystemExit("--service needs --token (or $FEDERATION_TOKEN)")
+        from federation.service.client import ServiceClient
+
+        url, tok = service, token
+
+        def factory() -> Operations:
+            return ServiceClient(url, tok)
+    else:
+
+        def factory() -> Operations:
+            return embedded_ops(home, sites, bring_up)
+
+    backend = Backend(factory)
+    server = build_server(backend.get)
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            _serve_http(server, host, port, tokens_db or default_token_db(home))
+    finally:
+        backend.close()
+
+
+def _serve_http(server: MCPServer, host: str, port: int, tokens_db: Path) -> None:
+    import uvicorn
+
+    from federation.service.app import Guard
+    from federation.service.server import log_config
+    from federation.service.tokens import TokenStore
+
+    tokens = TokenStore(tokens_db)
+    app = Guard(server.streamable_http_app(host=host), tokens, max_body_bytes=1_000_000)
+    uvicorn.run(app, host=host, port=port, log_config=log_config("warning"))
+
+
+if __name__ == "__main__":
+    main()

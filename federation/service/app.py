@@ -1,0 +1,325 @@
+"""The HTTP service: the coordinator's operations as a small JSON API behind bearer tokens.
+
+Nothing from the network is ever unpickled: a task is a shell ``command`` or the name of a
+catalog function with JSON arguments. Every route answers at once except ``GET
+/v1/events``, a long poll bounded by ``timeout_s`` (at most :data:`MAX_LONG_POLL_S`) that
+waits in worker threads so the server stays responsive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from federation.catalog import Catalog, FunctionInfo
+from federation.coordinator import Coordinator
+from federation.drafting import EnvelopeDraft
+from federation.service.models import (
+    CancelResponse,
+    DraftRequest,
+    ErrorBody,
+    EventsPage,
+    FederationSummary,
+    SubmitResponse,
+    TaskRequest,
+    TaskStatus,
+    summarize,
+)
+from federation.service.ops import LocalOps, OpsError, parse_kinds
+from federation.service.tokens import TokenStore
+from federation.snapshot import FederationSnapshot
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1_000_000
+MAX_LONG_POLL_S = 30.0
+DEFAULT_LONG_POLL_S = 20.0
+PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
+
+_bearer = HTTPBearer(auto_error=False, description="a token from `federation token issue`")
+
+
+def _doc_bearer(
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Declares the bearer scheme in the OpenAPI document; the guard enforces it."""
+
+
+def _error_bytes(status: int, body: ErrorBody) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    data = body.model_dump_json().encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="federation"'))
+    return headers, data
+
+
+async def _send_error(send: Send, status: int, body: ErrorBody) -> None:
+    headers, data = _error_bytes(status, body)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+class Guard:
+    """ASGI middleware: bearer-token check, then a cap on request bodies (413).
+
+    Pure ASGI (no buffering of responses), so long polls and client disconnects pass
+    through untouched. The token never leaves this class: it is hashed and looked up, and
+    only the caller's name is put on the request (``request.state.caller``).
+    """
+
+    def __init__(self, app: ASGIApp, tokens: TokenStore, max_body_bytes: int) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] not in PUBLIC_PATHS:
+            caller = await self._caller(scope)
+            if caller is None:
+                await _send_error(
+                    send,
+                    401,
+                    ErrorBody(
+                        error="unauthorized",
+                        message="missing, unknown or revoked bearer token",
+                        hint="send `Authorization: Bearer <token>`; get one with "
+                        "`federation token issue NAME`",
+                    ),
+                )
+                return
+            scope.setdefault("state", {})["caller"] = caller
+        length = _content_length(scope)
+        if length is not None and length > self.max_body:
+            await self._too_large(send)
+            return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            chunks: list[bytes] = []
+            size = 0
+            more = True
+            while more:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:
+                    await self._too_large(send)
+                    return
+                chunks.append(chunk)
+                more = bool(msg.get("more_body"))
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _caller(self, scope: Scope) -> str | None:
+        auth = _header(scope, b"authorization")
+        if not auth or not auth.lower().startswith("bearer "):
+            return None
+        token = auth[7:].strip()
+        info = await anyio.to_thread.run_sync(self.tokens.verify, token)
+        return None if info is None else info.name
+
+    async def _too_large(self, send: Send) -> None:
+        await _send_error(
+            send,
+            413,
+            ErrorBody(
+                error="payload_too_large",
+                message=f"request body is larger than {self.max_body} bytes",
+                hint="send large inputs as a path or URL the site can read, not inline",
+                details={"max_body_bytes": self.max_body},
+            ),
+        )
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k.lower() == name:
+            return bytes(v).decode("latin-1")
+    return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    raw = _header(scope, b"content-length")
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _validation_body(exc: RequestValidationError) -> ErrorBody:
+    errors = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ())]
+        errors.append(
+            {"loc": ".".join(loc), "msg": str(err.get("msg", "")), "type": err.get("type")}
+        )
+    where = {e["loc"].split(".", 1)[0] for e in errors}
+    first = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:3])
+    code = "bad_envelope" if any(".envelope" in f".{e['loc']}" for e in errors) else "bad_request"
+    return ErrorBody(
+        error=code,
+        message=f"invalid request ({', '.join(sorted(where))}): {first}",
+        hint="fix the named fields; the schema is at /openapi.json",
+        details={"errors": errors},
+    )
+
+
+def create_app(
+    coordinator: Coordinator,
+    tokens: TokenStore,
+    *,
+    catalog: Catalog | None = None,
+    ops: LocalOps | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    refresh_s: float = 15.0,
+) -> FastAPI:
+    """The service over ``coordinator``; callers authenticate with tokens from ``tokens``.
+
+    The coordinator stays the caller's: closing the app stops its snapshot refresher only.
+    """
+    local = ops or LocalOps(coordinator, catalog, refresh_s=refresh_s)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            local.close()
+
+    app = FastAPI(
+        title="federation",
+        summary="Run tasks across federated Slurm sites through Globus Compute endpoints.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.ops = local
+    app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
+    auth = [Depends(_doc_bearer)]
+
+    @app.exception_handler(OpsError)
+    async def _ops_error(_: Request, exc: OpsError) -> JSONResponse:
+        headers = {"Retry-After": "10"} if exc.status == 503 else None
+        return JSONResponse(exc.body.model_dump(mode="json"), exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(_validation_body(exc).model_dump(mode="json"), 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = ErrorBody(
+            error="not_found" if exc.status_code == 404 else f"http_{exc.status_code}",
+            message=str(exc.detail),
+            hint="see /docs for the routes" if exc.status_code in (404, 405) else "",
+        )
+        return JSONResponse(body.model_dump(mode="json"), exc.status_code)
+
+    def caller(request: Request) -> str:
+        return str(getattr(request.state, "caller", ""))
+
+    @app.get("/v1/health")
+    def health() -> dict[str, Any]:
+        """Liveness (no token needed): the sites and the age of the last probe."""
+        age = local.cache.age_s()
+        return {
+            "ok": True,
+            "sites": sorted(local.coord.backends),
+            "snapshot_age_s": None if age is None else round(age, 3),
+        }
+
+    @app.get(
+        "/v1/federation",
+        dependencies=auth,
+        response_model=None,
+        responses={200: {"model": FederationSnapshot}},
+    )
+    def federation(
+        view: Literal["full", "summary"] = "full", refresh: bool = False
+    ) -> FederationSnapshot | FederationSummary:
+        """The last snapshot of every site (refreshed every few seconds; ``refresh`` probes
+        now, which takes seconds). ``view=summary`` drops nodes and jobs."""
+        snap = local.inspect(refresh)
+        return summarize(snap) if view == "summary" else snap
+
+    @app.get("/v1/functions", dependencies=auth)
+    def functions() -> list[FunctionInfo]:
+        """The catalog: functions that can be run by name, with their argument schemas."""
+        return local.functions()
+
+    @app.post("/v1/envelopes/draft", dependencies=auth)
+    def draft(req: DraftRequest) -> EnvelopeDraft:
+        """Propose a resource envelope for a described task, validated against the sites."""
+        return local.draft(req)
+
+    @app.post("/v1/tasks", dependencies=auth, status_code=202)
+    def submit(req: TaskRequest, request: Request) -> SubmitResponse:
+        """Place and ship a task; returns at once with its id, placement and decision trace.
+
+        Nothing is submitted when the request is refused (422, 409, 503)."""
+        return local.submit(req, caller(request))
+
+    @app.get("/v1/tasks", dependencies=auth)
+    def tasks() -> list[dict[str, Any]]:
+        """Every task this coordinator knows: id, label, state, site."""
+        return [
+            {"task_id": h.id, "label": h.label, "state": h.state, "site": h.site}
+            for h in local.coord.handles()
+        ]
+
+    @app.get("/v1/tasks/{task_id}", dependencies=auth)
+    def status(task_id: str) -> TaskStatus:
+        """State and placement of a task; its result manifest once it is done."""
+        return local.status(task_id)
+
+    @app.post("/v1/tasks/{task_id}/cancel", dependencies=auth)
+    def cancel(task_id: str) -> CancelResponse:
+        """Cancel a task that has not started running."""
+        return local.cancel(task_id)
+
+    @app.get("/v1/events", dependencies=auth)
+    async def events(
+        request: Request,
+        after: Annotated[int, Query(ge=0, description="the cursor from the last answer")] = 0,
+        task_id: Annotated[list[str] | None, Query(description="only these tasks")] = None,
+        kinds: Annotated[
+            list[str] | None, Query(description="only these kinds (repeat or comma-separate)")
+        ] = None,
+        timeout_s: Annotated[
+            float, Query(ge=0, description=f"wait at most this long (capped at {MAX_LONG_POLL_S})")
+        ] = DEFAULT_LONG_POLL_S,
+    ) -> EventsPage:
+        """Long poll: events after ``after``, waiting up to ``timeout_s`` for the first.
+
+        Pass the returned ``cursor`` as ``after`` next time and no event is missed."""
+        return await local.events(
+            after,
+            task_id,
+            parse_kinds(kinds),
+            min(timeout_s, MAX_LONG_POLL_S),
+            abandoned=request.is_disconnected,
+        )
+
+    return app

@@ -1,0 +1,276 @@
+"""A real MCP client drives the agent loop against ``python -m federation.mcp_server``.
+
+Over stdio and over streamable HTTP, on the local Slurm federation: list the tools (with
+their schemas), inspect, draft, submit, await events on the cursor until the task is done,
+get the result. Malformed arguments give an MCP tool error and submit nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from federation.local import LocalSites
+from federation.service.app import create_app
+from federation.service.server import free_port, running
+from federation.service.tokens import TokenStore
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = {
+    "inspect_federation",
+    "list_functions",
+    "draft_envelope",
+    "submit_task",
+    "get_result",
+    "await_event",
+    "cancel",
+}
+FAST_S = 1.0  # every tool but await_event, once the server is connected
+LATENCIES: dict[str, list[float]] = {}
+
+
+@pytest.fixture(scope="module")
+def home(local_federation: Any) -> Path:
+    LocalSites(home=local_federation.home).up()
+    return Path(local_federation.home)
+
+
+def _server_env(home: Path) -> dict[str, str]:
+    return {"FEDERATION_HOME": str(home), "PYTHONPATH": str(ROOT)}
+
+
+async def _call(s: ClientSession, name: str, args: dict[str, Any], transport: str) -> Any:
+    t0 = time.monotonic()
+    res = await s.call_tool(name, args)
+    LATENCIES.setdefault(f"{transport}:{name}", []).append(time.monotonic() - t0)
+    assert not res.is_error, (name, res.content)
+    return res.structured_content
+
+
+async def _queued_count(s: ClientSession) -> int:
+    res = await s.call_tool("await_event", {"after": 0, "kinds": ["task.queued"], "timeout_s": 0})
+    assert not res.is_error, res.content
+    return len(res.structured_content["events"])
+
+
+async def _agent_loop(s: ClientSession, transport: str, task: dict[str, Any]) -> dict[str, Any]:
+    """inspect -> draft -> submit -> await_event on the cursor until done -> get_result."""
+    await s.initialize()
+    listed = await s.list_tools()
+    by_name = {t.name: t for t in listed.tools}
+    assert set(by_name) >= TOOLS, sorted(by_name)
+    for t in by_name.values():
+        assert t.description and len(t.description) > 40, t.name
+        assert t.input_schema["type"] == "object", t.name
+        assert t.output_schema, f"{t.name} has no output schema"
+    sub_schema = by_name["submit_task"].input_schema
+    assert sub_schema["required"] == ["envelope"]
+    assert "ResourceEnvelope" in str(sub_schema["properties"]["envelope"])
+    assert "returns AT ONCE" in (by_name["submit_task"].description or "")
+    assert "cursor" in (by_name["await_event"].description or "")
+    assert by_name["await_event"].input_schema["properties"]["timeout_s"]["maximum"] == 50
+
+    await _call(s, "inspect_federation", {}, transport + "-first")  # waits for the first probe
+    snap = await _call(s, "inspect_federation", {}, transport)
+    assert {x["site"] for x in snap["sites"]} >= {"local"}
+    assert all(x["reachable"] for x in snap["sites"]), snap
+    funcs = await _call(s, "list_functions", {}, transport)
+    assert "square" in {f["name"] for f in funcs["result"]}
+    draft = await _call(
+        s,
+        "draft_envelope",
+        {"description": "clean a small csv file", "hints": {"known_runtime_s": 5}},
+        transport,
+    )
+    assert draft["workload_class"] == "cpu-prep" and draft["validation"]["feasible"]
+
+    # malformed arguments: an MCP tool error, and nothing submitted
+    before = await _queued_count(s)
+    for bad in (
+        {"envelope": {"cpus_min": "lots"}, "command": "true"},
+        {"envelope": {"sites": ["local"]}, "command": "true", "function": "square"},
+        {"envelope": {"sites": ["local"]}, "function": "no_such_fn"},
+        {"envelope": {"sites": ["local"]}, "function": "square", "args": ["NaN"]},
+        {"command": "true"},
+        {"envelope": {"gpus_min": 64}, "command": "true"},
+    ):
+        res = await s.call_tool("submit_task", bad)
+        assert res.is_error, bad
+        text = res.content[0].text  # type: ignore[union-attr]
+        assert text, bad
+    res = await s.call_tool("submit_task", {"envelope": {"gpus_min": 64}, "command": "true"})
+    assert "no_feasible_site" in res.content[0].text  # type: ignore[union-attr]
+    assert "What to do" in res.content[0].text  # type: ignore[union-attr]
+    res = await s.call_tool("await_event", {"timeout_s": 500})
+    assert res.is_error  # above the 50 s bound
+    res = await s.call_tool("get_result", {"task_id": "nope"})
+    assert res.is_error and "unknown_task" in res.content[0].text  # type: ignore[union-attr]
+    assert await _queued_count(s) == before
+
+    env = dict(draft["envelope"], sites=["local"], walltime_s=300)
+    sub = await _call(s, "submit_task", {"envelope": env, **task}, transport)
+    assert sub["site"] == "local" and sub["decision"]["chosen"]["site"] == "local"
+    assert "chose local/" in sub["explain"]
+    tid, cursor = sub["task_id"], sub["cursor"]
+    kinds: list[str] = []
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        page = await _call(
+            s, "await_event", {"after": cursor, "task_ids": [tid], "timeout_s": 20}, transport
+        )
+        assert time.monotonic() - t0 < 25
+        assert page["cursor"] >= cursor
+        cursor = page["cursor"]
+        kinds += [e["kind"] for e in page["events"]]
+        if {"task.completed", "task.failed"} & set(kinds):
+            break
+    assert kinds == ["task.queued", "task.started", "task.completed"], kinds
+    status = await _call(s, "get_result", {"task_id": tid}, transport)
+    assert status["done"] and status["state"] == "completed", status
+    c = await _call(s, "cancel", {"task_id": tid}, transport)
+    assert c["cancelled"] is False and "already completed" in c["message"]
+    result: dict[str, Any] = status["result"]
+    return result
+
+
+def _assert_fast(transport: str) -> None:
+    for key, times in LATENCIES.items():
+        tr, tool = key.split(":")
+        if tr == transport and tool != "await_event":
+            assert max(times) < FAST_S, (key, times)
+
+
+def test_stdio_agent_loop(home: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "federation.mcp_server", "--no-up"],
+        env=_server_env(home),
+        cwd=str(ROOT),
+    )
+
+    async def main() -> dict[str, Any]:
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            return await _agent_loop(s, "stdio", {"function": "square", "args": [9]})
+
+    result = anyio.run(main)
+    assert result["value"] == 81 and result["value_is_json"]
+    _assert_fast("stdio")
+
+
+@pytest.fixture(scope="module")
+def http_mcp(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    db = tmp_path_factory.mktemp("mcp") / "tokens.db"
+    token = TokenStore(db).issue("mcp-test").token
+    port = free_port()
+    log = (tmp_path_factory.mktemp("mcp-log") / "server.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "federation.mcp_server",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--no-up",
+            "--tokens",
+            str(db),
+        ],
+        env={**os.environ, **_server_env(home)},
+        cwd=str(ROOT),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError as e:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"MCP HTTP server did not start (rc={proc.poll()})") from e
+                time.sleep(0.2)
+        yield url, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_streamable_http_agent_loop(http_mcp: tuple[str, str]) -> None:
+    url, token = http_mcp
+    assert httpx.post(url, json={}, timeout=5).status_code == 401  # no token, no tools
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def main() -> dict[str, Any]:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=60)) as http,
+            streamable_http_client(url, http_client=http) as (r, w),
+            ClientSession(r, w) as s,
+        ):
+            return await _agent_loop(s, "http", {"command": "echo agent on $SLURM_CLUSTER_NAME"})
+
+    result = anyio.run(main)
+    assert result["stdout"].strip() == "agent on local" and result["returncode"] == 0
+    _assert_fast("http")
+
+
+def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:
+    """``--service URL --token``: the MCP tools backed by a running HTTP service."""
+    local = LocalSites(home=home)
+    coord = local.connect(telemetry=False)
+    tokens = TokenStore(tmp_path / "tokens.db")
+    token = tokens.issue("mcp-via-service").token
+    app = create_app(coord, tokens, refresh_s=3600)
+    try:
+        with running(app) as base:
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "federation.mcp_server", "--service", base],
+                env={**_server_env(home), "FEDERATION_TOKEN": token},
+                cwd=str(ROOT),
+            )
+
+            async def main() -> dict[str, Any]:
+                async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+                    return await _agent_loop(
+                        s, "service", {"function": "report_allocation", "kwargs": {"work_s": 0.1}}
+                    )
+
+            result = anyio.run(main)
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()
+    assert result["value"]["cluster"] == "local" and result["value"]["slurm_job_id"]
+    _assert_fast("service")
+
+
+def test_zz_report_latencies() -> None:
+    """Prints what each tool took (run with -s to see it)."""
+    for key in sorted(LATENCIES):
+        times = LATENCIES[key]
+        print(
+            f"{key:32s} n={len(times):2d} max={max(times) * 1000:7.1f} ms "
+            f"median={sorted(times)[len(times) // 2] * 1000:7.1f} ms"
+        )
