@@ -62,6 +62,8 @@ class Policy:
     """Hedge when the best other site's score is within this fraction of the favourite's."""
     hedge_spread_s: float | None = None
     """Hedge when the favourite's wait spread (q90 - q50) exceeds this many seconds."""
+    max_copies: int = 2
+    """Copies at most (the chosen one included), each at a different site."""
     notes: dict[str, str] = field(default_factory=dict)
 
     def decide(
@@ -115,16 +117,23 @@ class Policy:
         if self.hedge_within is None and self.hedge_spread_s is None:
             return ()
         best = ranked[0]
-        other = next((c for c in ranked[1:] if c.site != best.site), None)
-        if other is None:
-            return ()
-        close = (
-            self.hedge_within is not None
-            and self.key(other)[0] <= self.key(best)[0] * (1 + self.hedge_within) + 1.0
-        )
         spread = (best.wait_q90_s or best.predicted_wait_s) - best.predicted_wait_s
         risky = self.hedge_spread_s is not None and spread > self.hedge_spread_s
-        return (other,) if close or risky else ()
+        out: list[Candidate] = []
+        used = {best.site}
+        for other in ranked[1:]:
+            if len(out) >= self.max_copies - 1:
+                break
+            if other.site in used:
+                continue
+            close = (
+                self.hedge_within is not None
+                and self.key(other)[0] <= self.key(best)[0] * (1 + self.hedge_within) + 1.0
+            )
+            if close or risky:
+                out.append(other)
+                used.add(other.site)
+        return tuple(out)
 
 
 def _smallest(cands: Sequence[Candidate], c: Candidate) -> Shape:
@@ -188,10 +197,12 @@ def twin_hedge(
     within: float = 0.5,
     spread_s: float = 300.0,
     risk: float = 0.25,
+    max_copies: int = 2,
 ) -> Policy:
     p = twin(wait_fn, runtime_fn, risk=risk, name="twin-hedge")
     p.hedge_within = within
     p.hedge_spread_s = spread_s
+    p.max_copies = max_copies
     return p
 
 

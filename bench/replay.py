@@ -1,0 +1,364 @@
+"""Replay benchmark: placement policies on a simulated four-site federation under real load.
+
+    python bench/replay.py                       # default grid, prints and writes the table
+    python bench/replay.py --seeds 1 --hours 12  # a quick look
+
+Four sites shaped like the paper's (Delta, DeltaAI, Anvil, Vista: partitions, GPU types and
+per-node counts from endpoint_configs/*/site.yaml, node counts scaled down), each a
+Slurm-like queue in virtual time (priority FIFO with EASY backfill, federation.sim.queue)
+loaded with jobs replayed from real logs (KTH-SP2 and CEA-Curie from the Parallel
+Workloads Archive; ../shared/traces or $FEDERATION_TRACES), scaled to each site's size and
+a target utilization. Every 30 virtual minutes a round of three probe tasks (CPU
+preparation, single-GPU inference, DDP training) is placed by every policy through the
+real placement code. The oracle plays every feasible (site, partition, shape) forward from
+the same queue state (``SimSite.what_if``), so every policy is scored against the same
+outcomes. Predictors see what a real coordinator sees: snapshots up to a probe interval
+old, requested walltimes of background jobs, how long *finished* jobs ran (sacct), and
+runtimes of earlier probe tasks; not true runtimes, runtime noise, or start delays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
+from federation.metrics import Outcome, PolicySummary, fmt_s, hedged, summarize  # noqa: E402
+from federation.placement import Candidate, enumerate_candidates  # noqa: E402
+from federation.policies import (  # noqa: E402
+    Policy,
+    best_feasible,
+    earliest_start,
+    fixed_site,
+    shortest_queue,
+    twin,
+    twin_hedge,
+)
+from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.sim.load import background_load  # noqa: E402
+from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimSite  # noqa: E402
+from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
+from federation.sites.spec import SiteSpec, load_sites  # noqa: E402
+from federation.snapshot import FederationSnapshot, SiteSnapshot  # noqa: E402
+from federation.twin import TwinPredictor  # noqa: E402
+
+SITES = ("delta", "deltaai", "anvil", "vista")
+TRACES = {"KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz", "CEA-Curie": "CEA-Curie-2011-2.1-cln.swf.gz"}
+# Target utilization per site: busy regimes differ by site, as production systems do.
+REGIMES = {
+    "light": {"delta": 0.45, "deltaai": 0.35, "anvil": 0.5, "vista": 0.4},
+    "busy": {"delta": 1.4, "deltaai": 1.2, "anvil": 1.35, "vista": 1.3},
+}
+# Relative speed of a GPU type (A100 = 1) and of CPU partitions, for the true runtimes.
+GPU_SPEED = {"a100": 1.0, "a40": 0.7, "h100": 1.9, "gh200": 2.1}
+CPU_SPEED = {"delta": 1.0, "deltaai": 1.3, "anvil": 1.0, "vista": 1.2}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    envelope: ResourceEnvelope
+    base_s: float  # at the envelope's smallest shape on the reference hardware
+    speedup: float  # per doubling of the scaling resource
+
+
+WORKLOADS = (
+    Workload(
+        "cpu-prep",
+        ResourceEnvelope(cpus_min=16, cpus_max=64, mem_gb_min=32, walltime_s=3 * 3600),
+        1200.0,
+        1.7,
+    ),
+    Workload(
+        "inference",
+        ResourceEnvelope(gpus_min=1, gpus_max=1, cpus_min=8, mem_gb_min=32, walltime_s=2 * 3600),
+        900.0,
+        1.0,
+    ),
+    Workload(
+        "ddp-train",
+        ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=6 * 3600),
+        3600.0,
+        1.93,
+    ),
+)
+
+
+def true_runtime(w: Workload, shape: Shape, spec: SiteSpec, noise: float) -> float:
+    part = spec.partition(shape.partition)
+    units = shape.gpus if w.envelope.gpus_min else shape.cpus
+    base_units = w.envelope.gpus_min or w.envelope.cpus_min
+    speed = GPU_SPEED[part.gpu_type] if shape.gpus else CPU_SPEED[spec.name]
+    return w.base_s / speed / (w.speedup ** np.log2(units / base_units)) * noise
+
+
+def node_counts(spec: SiteSpec) -> dict[str, int]:
+    return {p.name: max(2, min(12, round(p.nodes_real / 12))) for p in spec.partitions}
+
+
+@dataclass
+class Cell:
+    trace: str
+    regime: str
+    seed: int
+    outcomes: dict[str, list[Outcome]]
+    utilization: dict[str, float]
+    seconds: float
+
+
+def run_cell(
+    trace_name: str,
+    trace: object,
+    regime: str,
+    seed: int,
+    hours: float,
+    warmup_h: float,
+    probe_interval_s: float,
+) -> Cell:
+    t_start = time.monotonic()
+    rng = np.random.default_rng(seed)
+    specs = {s.name: s for s in load_sites(list(SITES))}
+    sims: dict[str, SimSite] = {}
+    for name, spec in specs.items():
+        load = background_load(
+            spec,
+            trace,
+            target_utilization=REGIMES[regime][name],  # type: ignore[arg-type]
+            duration_s=(warmup_h + hours + 24) * 3600,
+            seed=seed * 7919 + zlib.crc32(name.encode()) % 1000,
+            nodes=node_counts(spec),
+        )
+        sim = load.site_for(spec, start_delay_s=float(rng.uniform(5, 40)))
+        sim.submit_many(load.jobs)
+        sims[name] = sim
+    usage = UsageRatioModel()
+    seen: dict[str, set[str]] = defaultdict(set)
+    runtimes = TaskRuntimeModel()
+    twin_pred = TwinPredictor(specs, usage)
+    policies = {w.name: make_policies(twin_pred, runtimes, w) for w in WORKLOADS}
+    outcomes: dict[str, list[Outcome]] = defaultdict(list)
+    t = warmup_h * 3600
+    end = (warmup_h + hours) * 3600
+    while t < end:
+        # probes: a snapshot of each site, up to one probe interval old
+        probe_t = t - float(rng.uniform(0, probe_interval_s))
+        snaps = []
+        for sim in sims.values():
+            sim.advance(probe_t)
+            snaps.append(_aged(sim.snapshot(), t - probe_t))
+        for name, sim in sims.items():
+            sim.advance(t)
+            _learn_usage(usage, seen[name], sim, name)
+        now_dt = DEFAULT_EPOCH + timedelta(seconds=t)
+        fed = FederationSnapshot(taken_at=now_dt, sites=tuple(snaps))
+        for w in WORKLOADS:
+            _one_task(w, specs, sims, fed, now_dt, t, policies[w.name], runtimes, rng, outcomes)
+        t += 1800.0
+    util = {n: round(s.utilization((warmup_h * 3600, end)), 3) for n, s in sims.items()}
+    return Cell(trace_name, regime, seed, outcomes, util, time.monotonic() - t_start)
+
+
+def _aged(snap: SiteSnapshot, age_s: float) -> SiteSnapshot:
+    health = snap.health.model_copy(update={"probe_age_s": age_s})
+    return snap.model_copy(update={"health": health})
+
+
+def _learn_usage(usage: UsageRatioModel, seen: set[str], sim: SimSite, site: str) -> None:
+    """What sacct shows: finished jobs' requested limit and real elapsed time."""
+    for st in sim.statuses():
+        if st.end_s is None or st.end_s > sim.now or st.job_id in seen or st.start_s is None:
+            continue
+        if st.limit_end_s is None:
+            continue
+        seen.add(st.job_id)
+        usage.observe(site, st.limit_end_s - st.start_s, st.end_s - st.start_s)
+
+
+def _key(c: Candidate) -> tuple[str, str, int, int]:
+    return (c.site, c.partition, c.shape.gpus, c.shape.cpus)
+
+
+def _one_task(
+    w: Workload,
+    specs: dict[str, SiteSpec],
+    sims: dict[str, SimSite],
+    fed: FederationSnapshot,
+    now_dt: object,
+    t: float,
+    policies: list[Policy],
+    runtimes: TaskRuntimeModel,
+    rng: np.random.Generator,
+    outcomes: dict[str, list[Outcome]],
+) -> None:
+    noise = float(rng.lognormal(0.0, 0.15))
+    # the oracle: every feasible (site, partition, shape), played forward with true runtimes
+    cands, _ = enumerate_candidates(
+        w.envelope,
+        list(specs.values()),
+        fed,
+        now_dt,  # type: ignore[arg-type]
+        lambda *_: (0.0, 0.0, ""),
+        None,
+        ladder=True,
+    )
+    table: dict[tuple[str, str, int, int], tuple[float, float]] = {}
+    for c in cands:
+        run = true_runtime(w, c.shape, specs[c.site], noise)
+        job = SimJob(
+            partition=c.partition,
+            walltime_s=float(c.shape.walltime_s),
+            run_s=run,
+            nodes=1,
+            cpus_per_node=c.shape.cpus,
+            mem_mb_per_node=c.shape.mem_gb * 1024,
+            gpus_per_node=c.shape.gpus,
+        )
+        table[_key(c)] = sims[c.site].what_if(job)
+    best_key = min(table, key=lambda k: table[k][1])
+    o_start, o_end = table[best_key]
+    observed: list[tuple[Shape, float]] = []
+    for pol in policies:
+        d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
+        copies = [d.chosen, *d.hedges]
+        se = [table[_key(c)] for c in copies]
+        comp, wait, held = hedged(se, t)
+        outcomes[pol.name].append(
+            Outcome(
+                completion_s=comp,
+                wait_s=wait,
+                oracle_completion_s=o_end - t,
+                oracle_wait_s=o_start - t,
+                predicted_wait_s=d.chosen.predicted_wait_s,
+                copies=len(copies),
+                hedge_held_s=held,
+            )
+        )
+        observed.append(
+            (d.chosen.shape, true_runtime(w, d.chosen.shape, specs[d.chosen.site], noise))
+        )
+    outcomes["oracle"].append(
+        Outcome(
+            completion_s=o_end - t,
+            wait_s=o_start - t,
+            oracle_completion_s=o_end - t,
+            oracle_wait_s=o_start - t,
+        )
+    )
+    for shape, run in observed:  # the coordinator learns runtimes of what it ran
+        runtimes.observe(w.name, shape, run)
+
+
+def make_policies(
+    twin_pred: TwinPredictor, runtimes: TaskRuntimeModel, w: Workload
+) -> list[Policy]:
+    """The compared policies for one workload (runtime predictions from the shared model)."""
+
+    def rt(shape: Shape) -> float:
+        return runtimes.predict(w.name, shape, default_s=w.base_s)
+
+    return [
+        fixed_site("delta"),
+        shortest_queue(),
+        earliest_start(),
+        best_feasible(rt),
+        twin(twin_pred, rt),
+        twin_hedge(twin_pred, rt),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", default=",".join(TRACES), help="comma list of trace names")
+    ap.add_argument("--trace-dir", type=Path, default=None)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--regimes", default="light,busy")
+    ap.add_argument("--hours", type=float, default=24.0, help="virtual hours of probe rounds")
+    ap.add_argument("--warmup-h", type=float, default=24.0)
+    ap.add_argument("--probe-interval-s", type=float, default=120.0)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
+    args = ap.parse_args(argv)
+    tdir = args.trace_dir or default_trace_dir()
+    t0 = time.monotonic()
+    cells: list[Cell] = []
+    for tname in args.traces.split(","):
+        path = tdir / TRACES[tname]
+        if not path.exists():
+            print(
+                f"trace {path} not found: pass --trace-dir or set FEDERATION_TRACES",
+                file=sys.stderr,
+            )
+            return 2
+        trace = load_swf(path)
+        for regime in args.regimes.split(","):
+            for seed in range(args.seeds):
+                cell = run_cell(
+                    tname, trace, regime, seed, args.hours, args.warmup_h, args.probe_interval_s
+                )
+                cells.append(cell)
+                print(
+                    f"  {tname:9s} {regime:5s} seed {seed}: {len(cell.outcomes['oracle'])} tasks, "
+                    f"util {cell.utilization}, {cell.seconds:.1f} s",
+                    flush=True,
+                )
+    report = render(cells, time.monotonic() - t0, args)
+    print(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    return 0
+
+
+def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str:
+    lines = [
+        f"# Replay benchmark ({elapsed_s:.0f} s; seeds {args.seeds}, {args.hours:g} h of rounds "
+        f"after {args.warmup_h:g} h warm-up, probe interval {args.probe_interval_s:g} s)",
+        "",
+    ]
+    groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
+    for c in cells:
+        groups[(c.trace, c.regime)].append(c)
+    for (tname, regime), cs in groups.items():
+        util = {k: round(float(np.mean([c.utilization[k] for c in cs])), 2) for k in SITES}
+        lines.append(f"## {tname}, {regime} (utilization {util})")
+        lines.append("")
+        lines.append(
+            "| policy | fastest % | near-fastest % | median compl. s | mean compl. s | mean wait s "
+            "| median extra s | mean extra s | P95 extra s | P99 extra s | oracle queued % "
+            "| wait ±1 min % | wait ±10 min % | copies/task | hedge held s/task |"
+        )
+        lines.append("|" + "---|" * 15)
+        pols = list(cs[0].outcomes)
+        for p in pols:
+            s = summarize(p, [o for c in cs for o in c.outcomes[p]])
+            lines.append(_row(s))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _row(s: PolicySummary) -> str:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    return (
+        f"| {s.policy} | {s.fastest_pct:.1f} | {s.near_fastest_pct:.1f} "
+        f"| {fmt_s(s.median_completion_s)} "
+        f"| {fmt_s(s.mean_completion_s)} | {fmt_s(s.mean_wait_s)} | {fmt_s(s.median_extra_s)} "
+        f"| {fmt_s(s.mean_extra_s)} | {fmt_s(s.p95_extra_s)} | {fmt_s(s.p99_extra_s)} "
+        f"| {s.oracle_queued_pct:.1f} | {pct(s.wait_within_60s_pct)} "
+        f"| {pct(s.wait_within_600s_pct)} "
+        f"| {s.copies_per_task:.2f} | {fmt_s(s.hedge_held_s_per_task)} |"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
