@@ -143,7 +143,7 @@ def run_cell(
         sim.submit_many(load.jobs)
         sims[name] = sim
     usage = UsageRatioModel()
-    seen: dict[str, set[str]] = defaultdict(set)
+    last_look = 0.0
     runtimes = TaskRuntimeModel()
     twin_pred = TwinPredictor(specs, usage)
     policies = {w.name: make_policies(twin_pred, runtimes, w) for w in WORKLOADS}
@@ -159,7 +159,8 @@ def run_cell(
             snaps.append(_aged(sim.snapshot(), t - probe_t))
         for name, sim in sims.items():
             sim.advance(t)
-            _learn_usage(usage, seen[name], sim, name)
+            _learn_usage(usage, last_look, sim, name)
+        last_look = t
         now_dt = DEFAULT_EPOCH + timedelta(seconds=t)
         fed = FederationSnapshot(taken_at=now_dt, sites=tuple(snaps))
         for w in WORKLOADS:
@@ -174,14 +175,11 @@ def _aged(snap: SiteSnapshot, age_s: float) -> SiteSnapshot:
     return snap.model_copy(update={"health": health})
 
 
-def _learn_usage(usage: UsageRatioModel, seen: set[str], sim: SimSite, site: str) -> None:
-    """What sacct shows: finished jobs' requested limit and real elapsed time."""
-    for st in sim.statuses():
-        if st.end_s is None or st.end_s > sim.now or st.job_id in seen or st.start_s is None:
+def _learn_usage(usage: UsageRatioModel, since_s: float, sim: SimSite, site: str) -> None:
+    """What sacct adds since the last look: finished jobs' requested limit and real time."""
+    for st in sim.finished_since(since_s):
+        if st.start_s is None or st.end_s is None or st.limit_end_s is None:
             continue
-        if st.limit_end_s is None:
-            continue
-        seen.add(st.job_id)
         usage.observe(site, st.limit_end_s - st.start_s, st.end_s - st.start_s)
 
 
@@ -213,6 +211,7 @@ def _one_task(
         ladder=True,
     )
     table: dict[tuple[str, str, int, int], tuple[float, float]] = {}
+    by_site: dict[str, list[tuple[Candidate, SimJob]]] = defaultdict(list)
     for c in cands:
         run = true_runtime(w, c.shape, specs[c.site], noise)
         job = SimJob(
@@ -224,7 +223,11 @@ def _one_task(
             mem_mb_per_node=c.shape.mem_gb * 1024,
             gpus_per_node=c.shape.gpus,
         )
-        table[_key(c)] = sims[c.site].what_if(job)
+        by_site[c.site].append((c, job))
+    for site, pairs in by_site.items():
+        results = sims[site].what_if_many([j for _, j in pairs])
+        for (c, _), se in zip(pairs, results, strict=True):
+            table[_key(c)] = se
     best_key = min(table, key=lambda k: table[k][1])
     o_start, o_end = table[best_key]
     observed: list[tuple[Shape, float]] = []
