@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import re
 import threading
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 from federation.drafting import EnvelopeDraft, TaskHints, draft_envelope
@@ -19,9 +22,10 @@ from federation.errors import FederationError, ProbeError, TaskFailedError, Unkn
 from federation.events import Event, EventBus, EventCallback
 from federation.handles import TaskHandle, TaskResult
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
-from federation.placement import place
+from federation.placement import PlacementDecision, place
 from federation.sites.backend import SiteBackend
 from federation.snapshot import FederationSnapshot, SiteSnapshot
+from federation.store import Store
 from federation.tasks import ShellTask, TaskSpec, check_serializable
 from federation.telemetry import Telemetry
 
@@ -47,13 +51,15 @@ class Coordinator:
         probe_interval_s: float = 0.0,
         telemetry: Telemetry | None = None,
         bus: EventBus | None = None,
+        store: Store | None = None,
     ) -> None:
         self.backends: dict[str, SiteBackend] = {b.name: b for b in backends}
+        self.store = store
         self.policy = policy
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
         self.telemetry = telemetry
-        self.events = bus or EventBus()
+        self.events = bus or EventBus(store)
         self._lock = threading.Lock()
         self._handles: dict[str, TaskHandle] = {}
         self._by_compute_id: dict[str, TaskHandle] = {}
@@ -146,6 +152,8 @@ class Coordinator:
             handle.add_callback(on_event)
         with self._lock:
             self._handles[handle.id] = handle
+        if self.store is not None:  # durable before anything is shipped or acknowledged
+            self.store.insert_task(_task_row(handle, task))
         self.events.emit(
             "task.queued",
             handle.id,
@@ -159,8 +167,58 @@ class Coordinator:
             self._fail(handle, f"submission to {shape.site} failed: {e}", "")
             raise FederationError(f"submission to {shape.site} failed: {e}") from e
         handle.future = fut
+        if self.store is not None:
+            tid = _await_task_id(fut, ACK_TIMEOUT_S)
+            if tid is not None:
+                self.store.update_task(handle.id, compute_task_id=tid)
         fut.add_done_callback(lambda f: self._on_done(handle, f))
         return handle
+
+    # --- recovery ---------------------------------------------------------------------------
+    def recover(self) -> list[TaskHandle]:
+        """Re-attach to every task the store knows (after a restart); returns open ones.
+
+        Finished tasks come back as finished handles (their results from the store); open
+        ones are re-attached through their Globus Compute task ids, and complete (once) when
+        their results arrive. A task whose submission the site never acknowledged is failed
+        with that reason: its function was never shipped, so resubmit it.
+        """
+        if self.store is None:
+            raise FederationError("recover() needs a store: Coordinator(..., store=Store(path))")
+        reopened: list[TaskHandle] = []
+        by_site: dict[str, list[TaskHandle]] = {}
+        for row in self.store.tasks():
+            if row["id"] in self._handles:
+                continue
+            h = _handle_from_row(row, self.events)
+            with self._lock:
+                self._handles[h.id] = h
+            if h.state in ("completed", "failed"):
+                h._done.set()
+                continue
+            if row["compute_task_id"] is None:
+                self._fail(
+                    h,
+                    "the coordinator stopped before the site acknowledged this "
+                    "submission; it never ran: submit it again",
+                    "",
+                )
+                continue
+            h._recovered_compute_id = row["compute_task_id"]
+            by_site.setdefault(h.site, []).append(h)
+            reopened.append(h)
+        for site, handles in by_site.items():
+            backend = self.backends.get(site)
+            ids = [h._recovered_compute_id for h in handles if h._recovered_compute_id]
+            futs = backend.reattach(ids) if backend else {}
+            for h in handles:
+                fut = futs.get(h._recovered_compute_id or "")
+                if fut is None:
+                    self._fail(h, f"site {site} no longer knows task {h._recovered_compute_id}", "")
+                    continue
+                h.future = fut
+                fut.add_done_callback(functools.partial(self._on_done, h))
+        return reopened
 
     # --- callbacks from the sites ----------------------------------------------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
@@ -185,6 +243,13 @@ class Coordinator:
                 return
             handle.started_at = datetime.now(UTC)
             handle.slurm_job_id = slurm_job_id
+        if self.store is not None:
+            self.store.update_task(
+                handle.id,
+                state="running",
+                started_at=handle.started_at.isoformat(),
+                slurm_job_id=slurm_job_id,
+            )
         wait = (handle.started_at - handle.submitted_at).total_seconds()
         self.events.emit(
             "task.started",
@@ -227,6 +292,7 @@ class Coordinator:
             handle.completed_at = datetime.now(UTC)
             handle.state = "completed"
             handle.value = value
+        self._persist_end(handle)
         self.events.emit(
             "task.completed",
             handle.id,
@@ -244,7 +310,20 @@ class Coordinator:
             handle.error = message
             handle.remote_traceback = traceback
             handle.value = value
+        self._persist_end(handle)
         self.events.emit("task.failed", handle.id, handle.site, error=message)
+
+    def _persist_end(self, h: TaskHandle) -> None:
+        if self.store is None or h.completed_at is None:
+            return
+        self.store.update_task(
+            h.id,
+            state=h.state,
+            completed_at=h.completed_at.isoformat(),
+            error=h.error,
+            remote_traceback=h.remote_traceback,
+            value_json=_value_json(h),
+        )
 
     # --- draft_envelope / cancel ----------------------------------------------------------
     def draft_envelope(self, description: str, hints: TaskHints | None = None) -> EnvelopeDraft:
@@ -294,6 +373,85 @@ class Coordinator:
     def close(self) -> None:
         for b in self.backends.values():
             b.close()
+
+
+ACK_TIMEOUT_S = 30.0
+
+
+def _await_task_id(fut: Future[Any], timeout_s: float) -> str | None:
+    """The Globus Compute task id, once the service acknowledged the submission.
+
+    The SDK sets ``task_id`` on the future from its submitter thread (milliseconds after
+    ``submit``) and offers no notification, so this waits on it in short steps, bounded.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        tid = getattr(fut, "task_id", None)
+        if tid is not None:
+            return str(tid)
+        if fut.done():
+            return None
+        pause.wait(0.002)
+    return None
+
+
+def _task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
+    return {
+        "id": h.id,
+        "label": h.label,
+        "kind": "shell" if h.is_shell else "python",
+        "envelope": h.envelope.model_dump_json(),
+        "decision": h.decision.model_dump_json(),
+        "code_hash": h.code_hash,
+        "site": h.site,
+        "endpoint_id": None,
+        "compute_task_id": None,
+        "state": "queued",
+        "submitted_at": h.submitted_at.isoformat(),
+    }
+
+
+def _value_json(h: TaskHandle) -> str | None:
+    v = h.value
+    if v is None:
+        return None
+    if h.is_shell:
+        v = {
+            "stdout": getattr(v, "stdout", ""),
+            "stderr": getattr(v, "stderr", ""),
+            "returncode": getattr(v, "returncode", None),
+        }
+    try:
+        return json.dumps({"value": v})
+    except (TypeError, ValueError):
+        return json.dumps({"repr": repr(v)[:10_000]})
+
+
+def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
+    h = TaskHandle(
+        id=row["id"],
+        label=row["label"],
+        envelope=ResourceEnvelope.model_validate_json(row["envelope"]),
+        decision=PlacementDecision.model_validate_json(row["decision"]),
+        code_hash=row["code_hash"],
+        is_shell=row["kind"] == "shell",
+        bus=bus,
+        state=row["state"],
+        submitted_at=datetime.fromisoformat(row["submitted_at"]),
+        started_at=datetime.fromisoformat(row["started_at"]) if row["started_at"] else None,
+        completed_at=(datetime.fromisoformat(row["completed_at"]) if row["completed_at"] else None),
+        slurm_job_id=row["slurm_job_id"],
+        error=row["error"],
+        remote_traceback=row["remote_traceback"] or "",
+    )
+    if row["value_json"]:
+        stored = json.loads(row["value_json"])
+        value = stored.get("value", stored.get("repr"))
+        if h.is_shell and isinstance(value, dict):
+            value = SimpleNamespace(**value)
+        h.value = value
+    return h
 
 
 _EXC_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit)\w*:")

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
@@ -32,14 +32,23 @@ class Event(Frozen):
 EventCallback = Callable[[Event], None]
 
 
+class EventLog(Protocol):
+    """Where events are persisted (see :class:`federation.store.Store`)."""
+
+    def append_event(self, ev: Event) -> None: ...
+
+    def events(self) -> list[Event]: ...
+
+
 class EventBus:
     """Ordered log of events; subscribers are called on the thread that emits."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: EventLog | None = None) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._seq = itertools.count(1)
-        self._log: list[Event] = []
+        self._persist = log
+        self._log: list[Event] = log.events() if log is not None else []
+        self._seq = itertools.count(self._log[-1].seq + 1 if self._log else 1)
         self._subs: list[tuple[EventCallback, str | None]] = []
 
     def subscribe(self, callback: EventCallback, task_id: str | None = None) -> None:
@@ -57,6 +66,8 @@ class EventBus:
                 at=datetime.now(UTC),
                 detail=detail,
             )
+            if self._persist is not None:  # written before anyone is told
+                self._persist.append_event(ev)
             self._log.append(ev)
             subs = [cb for cb, tid in self._subs if tid is None or tid == task_id]
             self._changed.notify_all()

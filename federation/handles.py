@@ -68,6 +68,14 @@ class TaskHandle:
     error: str | None = None
     remote_traceback: str = ""
     _done: threading.Event = field(default_factory=threading.Event)
+    _recovered_compute_id: str | None = None
+
+    @property
+    def compute_task_id(self) -> str | None:
+        tid = getattr(self.future, "task_id", None)
+        if tid is None:
+            return self._recovered_compute_id
+        return str(tid)
 
     def __post_init__(self) -> None:
         self.bus.subscribe(self._track, task_id=self.id)
@@ -89,11 +97,6 @@ class TaskHandle:
     @property
     def partition(self) -> str:
         return self.shape.partition
-
-    @property
-    def compute_task_id(self) -> str | None:
-        tid = getattr(self.future, "task_id", None)
-        return None if tid is None else str(tid)
 
     @property
     def done(self) -> bool:

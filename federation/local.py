@@ -6,6 +6,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from federation.globus.offline import LocalComputeService
 from federation.localslurm import LocalFederation
 from federation.sites.compute import ComputeSite
 from federation.sites.spec import load_sites
+from federation.store import Store
 from federation.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
@@ -51,15 +53,22 @@ class LocalSites:
         stopped = [f"endpoint-{s.name}" for s in self.specs if self.daemons.stop(s.name)]
         return stopped + self.slurm.down()
 
-    def connect(self, *, telemetry: bool = True, **coordinator_kwargs: Any) -> Coordinator:
-        """A coordinator whose sites are reached through the real Globus Compute SDK."""
+    def connect(
+        self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
+    ) -> Coordinator:
+        """A coordinator whose sites are reached through the real Globus Compute SDK.
+
+        ``durable``: keep tasks and events in ``home/coordinator.db`` and re-attach to the
+        tasks an earlier (possibly killed) coordinator left in flight.
+        """
         service = self.service = LocalComputeService()
         for spec in self.specs:
             service.add_endpoint(
                 local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)
             )
         client = service.client()
-        task_group = uuid.uuid4()
+        store = Store(self.home / "coordinator.db") if durable else None
+        task_group = store.task_group_id() if store else uuid.uuid4()
 
         def factory(eid: uuid.UUID, cl: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
             return service.executor(eid, cl, user_endpoint_config=uec, task_group_id=tg)
@@ -75,10 +84,22 @@ class LocalSites:
                 executor_factory=factory,
                 task_group_id=task_group,
                 canceller=cancel,
+                adopter=_adopter(service, local_endpoint_id(spec.name), task_group),
             )
             for spec in self.specs
         ]
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
-        coord = Coordinator(backends, telemetry=tel, **coordinator_kwargs)
+        coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         service.on_started(coord.notify_started)
+        if store is not None:
+            coord.recover()
         return coord
+
+
+def _adopter(
+    service: LocalComputeService, endpoint_id: uuid.UUID, task_group: uuid.UUID
+) -> Callable[[str], None]:
+    def adopt(task_id: str) -> None:
+        service.adopt_task(task_id, endpoint_id, task_group)
+
+    return adopt

@@ -31,6 +31,10 @@ class SiteBackend(Protocol):
         """Ship ``task`` to run inside a Slurm allocation of ``shape``."""
         ...
 
+    def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
+        """Futures for tasks submitted by an earlier coordinator (by Globus Compute id)."""
+        ...
+
     def cancel(self, task_id: str) -> bool:
         """Cancel a task that has not started; False if it cannot be cancelled."""
         ...

@@ -59,6 +59,7 @@ class ComputeSite:
         task_group_id: uuid.UUID | None = None,
         canceller: Canceller | None = None,
         probe_fn: Callable[[], dict[str, Any]] | None = None,
+        adopter: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.endpoint_id = endpoint_id
@@ -67,6 +68,7 @@ class ComputeSite:
         self._factory = executor_factory
         self._canceller = canceller
         self._probe_fn = probe_fn
+        self._adopter = adopter
         self._executors: dict[str, Executor] = {}
         self._lock = threading.Lock()
 
@@ -121,6 +123,22 @@ class ComputeSite:
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
         return fut
+
+    def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
+        """Reload this site's tasks from the task group (``Executor.reload_tasks``).
+
+        ``adopter`` (offline service only) re-teaches a restarted in-process service about
+        each task; the real cloud remembers task groups on its own.
+        """
+        if self._adopter is not None:
+            for tid in task_ids:
+                self._adopter(tid)
+        ex = self._factory(self.endpoint_id, self.client, {"profile": "probe"}, self.task_group_id)
+        try:
+            futs = {str(f.task_id): f for f in ex.reload_tasks()}
+        finally:
+            ex.shutdown(wait=False)
+        return {tid: futs[tid] for tid in task_ids if tid in futs}
 
     def cancel(self, task_id: str) -> bool:
         if self._canceller is None:

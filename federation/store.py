@@ -1,0 +1,153 @@
+"""Durable coordinator state: tasks and events in SQLite (WAL), written before acknowledging.
+
+A coordinator killed at any point and restarted with the same store re-attaches to every
+in-flight task (through its Globus Compute task id and task group) and continues the event
+log where it stopped, so callers resuming from a cursor miss nothing and no completion is
+reported twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from federation.events import Event
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    label TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    envelope TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    code_hash TEXT NOT NULL,
+    site TEXT NOT NULL,
+    endpoint_id TEXT,
+    compute_task_id TEXT,
+    state TEXT NOT NULL,
+    submitted_at TEXT NOT NULL,
+    started_at TEXT,
+    completed_at TEXT,
+    slurm_job_id TEXT,
+    error TEXT,
+    remote_traceback TEXT,
+    value_json TEXT
+);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    site TEXT,
+    at TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+"""
+
+TERMINAL = ("completed", "failed")
+
+
+class Store:
+    """One SQLite file; safe to share between threads of one process."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # --- meta ---------------------------------------------------------------------------
+    def task_group_id(self) -> uuid.UUID:
+        """The coordinator's Globus Compute task group, stable across restarts."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='task_group_id'").fetchone()
+            if row:
+                return uuid.UUID(row[0])
+            tg = uuid.uuid4()
+            db.execute("INSERT INTO meta VALUES ('task_group_id', ?)", (str(tg),))
+            return tg
+
+    # --- events ---------------------------------------------------------------------------
+    def append_event(self, ev: Event) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    ev.seq,
+                    ev.kind,
+                    ev.task_id,
+                    ev.site,
+                    ev.at.isoformat(),
+                    json.dumps(ev.detail, default=str),
+                ),
+            )
+
+    def events(self) -> list[Event]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, kind, task_id, site, at, detail FROM events ORDER BY seq"
+            ).fetchall()
+        return [
+            Event(
+                seq=r[0],
+                kind=r[1],
+                task_id=r[2],
+                site=r[3],
+                at=datetime.fromisoformat(r[4]),
+                detail=json.loads(r[5]),
+            )
+            for r in rows
+        ]
+
+    # --- tasks ----------------------------------------------------------------------------
+    def insert_task(self, row: dict[str, Any]) -> None:
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._tx() as db:
+            db.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def update_task(self, task_id: str, **fields: Any) -> None:
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE tasks SET {sets} WHERE id=?", (*fields.values(), task_id))
+
+    def task(self, task_id: str) -> dict[str, Any] | None:
+        rows = self._select("WHERE id=?", (task_id,))
+        return rows[0] if rows else None
+
+    def tasks(self, *, open_only: bool = False) -> list[dict[str, Any]]:
+        if open_only:
+            return self._select("WHERE state NOT IN (?, ?)", TERMINAL)
+        return self._select("", ())
+
+    def _select(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM tasks {where} ORDER BY submitted_at", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
