@@ -213,3 +213,29 @@ def test_probe_garbage_or_timeout_marks_site_unhealthy(
         assert needle in (site.health.error or ""), site.health.error
     finally:
         c.close()
+
+
+def test_endpoint_restart_mid_task_fails_it_with_the_reason(
+    coord: Coordinator, local: LocalSites
+) -> None:
+    started = threading.Event()
+    failed = threading.Event()
+
+    def cb(ev: Event) -> None:
+        if ev.kind == "task.started":
+            started.set()
+        if ev.kind == "task.failed":
+            failed.set()
+
+    h = coord.submit_task(
+        PythonTask(report_allocation, (60.0,)),
+        ResourceEnvelope(sites=("local",), walltime_s=600),
+        on_event=cb,
+    )
+    assert started.wait(120)
+    local.daemons.stop("local")
+    local.daemons.start("local", local.slurm.env("local"))
+    assert failed.wait(60), "the lost task was never reported"
+    r = coord.get_result(h)
+    assert r.status == "failed"
+    assert "restarted" in (r.error or "") + r.remote_traceback

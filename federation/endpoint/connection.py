@@ -25,15 +25,23 @@ class EndpointConnection:
     :class:`SiteUnavailableError` and the next request reconnects.
     """
 
-    def __init__(self, site: str, run_dir: Path, on_event: EventHandler) -> None:
+    def __init__(
+        self,
+        site: str,
+        run_dir: Path,
+        on_event: EventHandler,
+        on_closed: Callable[[], None] | None = None,
+    ) -> None:
         self.site = site
         self.sock = run_dir / "endpoint.sock"
         self.key_path = run_dir / "endpoint.key"
         self.on_event = on_event
+        self.on_closed = on_closed
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[threading.Event, list[protocol.Message]]] = {}
+        self._closing = False
 
     def _connect(self) -> Connection:
         if self._conn is not None:
@@ -80,6 +88,8 @@ class EndpointConnection:
         for ev, _ in list(self._waiting.values()):
             ev.set()  # wake waiters; they see no reply
         logger.warning("site %s: endpoint connection closed", self.site)
+        if self.on_closed is not None and not self._closing:
+            self.on_closed()
 
     def request(self, msg: protocol.Message, timeout_s: float = 30.0) -> protocol.Message:
         req = next(self._ids)
@@ -108,6 +118,7 @@ class EndpointConnection:
         return reply
 
     def close(self) -> None:
+        self._closing = True
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

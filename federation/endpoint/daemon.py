@@ -83,10 +83,30 @@ class SiteEndpoint:
         self._db = sqlite3.connect(run_dir / "tasks.db", check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        self._settle_lost_tasks()
         self._lock = threading.RLock()
         self._slots: dict[str, EngineSlot] = {}
         self._subscribers: list[Connection] = []
         self._stopping = threading.Event()
+
+    def _settle_lost_tasks(self) -> None:
+        """Tasks an earlier run of this endpoint held died with its engines: say so."""
+        rows = self._db.execute(
+            "SELECT task_id FROM tasks WHERE status IN ('received', 'running')"
+        ).fetchall()
+        now = time.time()
+        for (tid,) in rows:
+            msg = (
+                f"endpoint {self.site.name} restarted while this task was queued or "
+                "running; its batch job was cancelled. Resubmit it."
+            )
+            self._db.execute(
+                "UPDATE tasks SET status='done', result_b64=?, completed_at=? WHERE task_id=?",
+                (protocol.b64(_error_result(tid, "ENDPOINT_LOST", msg)), now, tid),
+            )
+        self._db.commit()
+        if rows:
+            logger.warning("settled %d task(s) lost in the previous run", len(rows))
 
     # --- subscribers -------------------------------------------------------------------
     def subscribe(self, conn: Connection) -> None:

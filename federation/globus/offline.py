@@ -117,7 +117,9 @@ class LocalComputeService:
         with self._lock:
             if eid in self._endpoints:
                 return
-            conn = EndpointConnection(site, run_dir, self._on_endpoint_event)
+            conn = EndpointConnection(
+                site, run_dir, self._on_endpoint_event, lambda: self._on_endpoint_lost(eid)
+            )
             self._endpoints[eid] = _Endpoint(site=site, conn=conn)
 
     def on_started(self, listener: StartedListener) -> None:
@@ -198,6 +200,45 @@ class LocalComputeService:
                 logger.error("endpoint sent a non-Result for %s", tid)
                 return
             self._complete(rec, res, float(msg["at"]))
+
+    def _on_endpoint_lost(
+        self, endpoint_id: str, retry_s: float = 2.0, give_up_s: float = 600.0
+    ) -> None:
+        """The endpoint went away: once it is back, settle every task it held.
+
+        Results it kept are delivered; tasks it no longer knows, or reports as lost in its
+        restart, fail with the endpoint's reason. One monitor per endpoint, not per caller.
+        """
+
+        def resync() -> None:
+            deadline = time.monotonic() + give_up_s
+            while time.monotonic() < deadline:
+                with self._lock:
+                    ep = self._endpoints.get(endpoint_id)
+                    open_ids = [
+                        t
+                        for t in (ep.task_ids if ep else ())
+                        if (r := self._tasks.get(t)) is not None and r.result is None
+                    ]
+                if ep is None or not open_ids:
+                    return
+                try:
+                    found = ep.conn.request({"op": "status", "task_ids": open_ids}, timeout_s=5)
+                except SiteUnavailableError:
+                    time.sleep(retry_s)
+                    continue
+                for tid in open_ids:
+                    rec = self._tasks[tid]
+                    info = found["tasks"].get(tid)
+                    if info and info.get("result"):
+                        res = messagepack.unpack(protocol.unb64(info["result"]))
+                        self._complete(rec, res, float(info.get("completed_at") or time.time()))
+                    elif info is None:
+                        msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
+                        self._complete(rec, _lost(tid, msg), time.time())
+                return
+
+        threading.Thread(target=resync, daemon=True, name=f"resync-{endpoint_id[:8]}").start()
 
     def _complete(self, rec: _TaskRecord, res: Result, at: float) -> None:
         with self._lock:
@@ -375,6 +416,14 @@ class LocalComputeService:
         ep = self._endpoint(rec.endpoint_id)
         reply = ep.conn.request({"op": "cancel", "task_id": task_id})
         return bool(reply.get("ok")), str(reply.get("reason", ""))
+
+
+def _lost(task_id: str, message: str) -> Result:
+    return Result(
+        task_id=uuid.UUID(task_id),
+        data=message,
+        error_details={"code": "ENDPOINT_LOST", "user_message": message},
+    )
 
 
 class _HTTPError(Exception):
