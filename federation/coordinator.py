@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from federation.drafting import EnvelopeDraft, TaskHints, draft_envelope
 from federation.envelope import ResourceEnvelope
@@ -26,6 +26,9 @@ from federation.placement import PlacementDecision, place
 from federation.sites.backend import SiteBackend
 from federation.snapshot import FederationSnapshot, SiteSnapshot
 from federation.store import Store
+
+if TYPE_CHECKING:
+    from federation.groups import GroupHandle, GroupManager
 from federation.tasks import ShellTask, TaskSpec, check_serializable
 from federation.telemetry import Telemetry
 
@@ -64,6 +67,7 @@ class Coordinator:
         self._handles: dict[str, TaskHandle] = {}
         self._by_compute_id: dict[str, TaskHandle] = {}
         self._last_snapshot: FederationSnapshot | None = None
+        self._groups: GroupManager | None = None
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -277,7 +281,7 @@ class Coordinator:
             return
         exc = fut.exception()
         if exc is not None:
-            self._fail(handle, _first_line(exc), str(exc))
+            self._fail(handle, handle.cancel_reason or _first_line(exc), str(exc))
             return
         value = fut.result()
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
@@ -330,15 +334,42 @@ class Coordinator:
         """Propose an envelope for a described task, validated against these sites."""
         return draft_envelope(description, [b.spec for b in self.backends.values()], hints)
 
-    def cancel(self, handle: TaskHandle | str) -> bool:
+    def cancel(self, handle: TaskHandle | str, reason: str = "cancelled by request") -> bool:
         """Cancel a task that has not started running; False if it cannot be cancelled."""
         h = self._handle(handle)
         if h.done or h.compute_task_id is None:
             return False
+        h.cancel_reason = reason  # the site's own 'cancelled' result may arrive first
         ok = self.backends[h.site].cancel(h.compute_task_id)
         if ok:
-            self._fail(h, "cancelled by request", "")
+            self._fail(h, reason, "")
+        else:
+            h.cancel_reason = None
         return ok
+
+    def plan(
+        self, envelope: ResourceEnvelope, snapshot: FederationSnapshot | None = None
+    ) -> PlacementDecision:
+        """The placement ``submit_task`` would choose now, without submitting anything."""
+        snap = snapshot or self.snapshot()
+        return place(envelope, [b.spec for b in self.backends.values()], snap, policy=self.policy)
+
+    def submit_group(
+        self,
+        children: list[tuple[str, TaskSpec, ResourceEnvelope]],
+        *,
+        objective: str = "",
+        distinct_sites: bool = True,
+        on_event: EventCallback | None = None,
+    ) -> GroupHandle:
+        """Fan out named children; see :mod:`federation.groups` for re-placement."""
+        from federation.groups import GroupManager
+
+        if self._groups is None:
+            self._groups = GroupManager(self)
+        return self._groups.submit(
+            children, objective=objective, distinct_sites=distinct_sites, on_event=on_event
+        )
 
     def _handle(self, handle: TaskHandle | str) -> TaskHandle:
         h = self._handles.get(handle) if isinstance(handle, str) else handle

@@ -15,7 +15,15 @@ from federation._model import Frozen
 
 logger = logging.getLogger(__name__)
 
-EventKind = Literal["task.queued", "task.started", "task.completed", "task.failed"]
+EventKind = Literal[
+    "task.queued",
+    "task.started",
+    "task.completed",
+    "task.failed",
+    "group.submitted",
+    "group.child_replaced",
+    "group.round_terminal",
+]
 
 
 class Event(Frozen):

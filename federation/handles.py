@@ -69,6 +69,7 @@ class TaskHandle:
     remote_traceback: str = ""
     _done: threading.Event = field(default_factory=threading.Event)
     _recovered_compute_id: str | None = None
+    cancel_reason: str | None = None
 
     @property
     def compute_task_id(self) -> str | None:

@@ -1,0 +1,92 @@
+"""submit_group on the real local federation: the paper's re-placement scenario."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from federation.coordinator import Coordinator
+from federation.envelope import ResourceEnvelope
+from federation.events import Event
+from federation.local import LocalSites
+from federation.tasks import PythonTask
+from functions.workloads import report_allocation
+
+pytestmark = pytest.mark.slurm
+TAG = "fed-test-group-fill"
+
+
+@pytest.fixture(scope="module")
+def local(local_federation: Any) -> Iterator[LocalSites]:
+    sites = LocalSites(home=local_federation.home)
+    sites.up()
+    yield sites
+
+
+@pytest.fixture(scope="module")
+def coord(local: LocalSites) -> Iterator[Coordinator]:
+    c = local.connect(telemetry=False, probe_timeout_s=60)
+    try:
+        yield c
+    finally:
+        c.close()
+        if local.service is not None:
+            local.service.close()
+
+
+def test_queued_child_is_replaced_once_its_siblings_finish(
+    coord: Coordinator, local: LocalSites
+) -> None:
+    # Delta's CPU nodes are full, with more waiting: whoever lands there queues.
+    try:
+        for _ in range(4):
+            res = local.slurm.run(
+                "delta",
+                [
+                    "sbatch",
+                    "--parsable",
+                    f"--job-name={TAG}",
+                    "--partition=cpu",
+                    "--cpus-per-task=128",
+                    "--mem=8G",
+                    "--time=00:30:00",
+                    "--output=/dev/null",
+                    "--wrap=sleep 600",
+                ],
+            )
+            assert res.returncode == 0, res.stderr
+        time.sleep(1.5)
+        env = ResourceEnvelope(
+            sites=("local", "vista", "delta"), cpus_min=4, mem_gb_min=4, walltime_s=600
+        )
+        events: list[Event] = []
+        g = coord.submit_group(
+            [(f"c{i}", PythonTask(report_allocation, (1.0,)), env) for i in (1, 2, 3)],
+            objective="three-system comparison",
+            distinct_sites=True,
+            on_event=events.append,
+        )
+        first = {c.name: c.handle.site for c in g.children}
+        assert sorted(first.values()) == ["delta", "local", "vista"]  # distinct systems
+        on_delta = next(c for c in g.children if c.handle.site == "delta")
+        assert g.wait(180), g.state()
+        assert g.state() == {"c1": "completed", "c2": "completed", "c3": "completed"}
+        # the child stuck behind Delta's queue was moved, and the move is on record
+        assert len(on_delta.attempts) == 2
+        old, new = on_delta.attempts
+        assert old.state == "failed" and old.error == "re-placed by its group"
+        assert new.site in ("local", "vista")
+        assert g.replacements == [{"child": on_delta.name, "from": "delta", "to": new.site}]
+        kinds = [e.kind for e in events]
+        assert kinds[0] == "group.submitted" and "group.child_replaced" in kinds
+        assert kinds[-1] == "group.round_terminal"
+        r = coord.get_result(new)
+        assert r.value["cluster"] == new.site
+        # its queued batch job on Delta was cancelled, not left behind
+        q = local.slurm.run("delta", ["squeue", "-h", "-o", "%j %T"])
+        assert all(line.startswith(TAG) for line in q.stdout.splitlines() if line.strip())
+    finally:
+        local.slurm.run("delta", ["scancel", f"--name={TAG}"])
