@@ -18,8 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from federation.drafting import EnvelopeDraft, TaskHints, draft_envelope
 from federation.envelope import ResourceEnvelope
-from federation.errors import FederationError, ProbeError, TaskFailedError, UnknownSiteError
+from federation.errors import (
+    FederationError,
+    NoFeasibleSiteError,
+    ProbeError,
+    TaskFailedError,
+    UnknownSiteError,
+)
 from federation.events import Event, EventBus, EventCallback
+from federation.failures import Failure, classify
 from federation.handles import TaskHandle, TaskResult
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.placement import PlacementDecision, place
@@ -55,9 +62,11 @@ class Coordinator:
         telemetry: Telemetry | None = None,
         bus: EventBus | None = None,
         store: Store | None = None,
+        retry_budget: int = 1,
     ) -> None:
         self.backends: dict[str, SiteBackend] = {b.name: b for b in backends}
         self.store = store
+        self.retry_budget = retry_budget
         self.policy = policy
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
@@ -151,6 +160,7 @@ class Coordinator:
             code_hash=code_hash,
             is_shell=isinstance(task, ShellTask),
             bus=self.events,
+            task=task,
         )
         if on_event is not None:
             handle.add_callback(on_event)
@@ -281,7 +291,19 @@ class Coordinator:
             return
         exc = fut.exception()
         if exc is not None:
-            self._fail(handle, handle.cancel_reason or _first_line(exc), str(exc))
+            message = handle.cancel_reason or _first_line(exc)
+            failure = classify(message, str(exc))
+            if failure.retryable and handle.task is not None:
+                # off the SDK's result thread: placing again probes the sites, whose
+                # results arrive on that very thread
+                threading.Thread(
+                    target=self._retry_or_fail,
+                    args=(handle, failure, message, str(exc)),
+                    daemon=True,
+                    name=f"retry-{handle.id[:8]}",
+                ).start()
+                return
+            self._fail(handle, message, str(exc), failure=failure.cls)
             return
         value = fut.result()
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
@@ -305,7 +327,71 @@ class Coordinator:
             slurm_job_id=handle.slurm_job_id,
         )
 
-    def _fail(self, handle: TaskHandle, message: str, traceback: str, value: Any = None) -> None:
+    def _retry_or_fail(
+        self, handle: TaskHandle, failure: Failure, message: str, traceback: str
+    ) -> None:
+        if not self._retry(handle, failure, traceback):
+            self._fail(handle, message, traceback, failure=failure.cls)
+
+    def _retry(self, handle: TaskHandle, failure: Failure, traceback: str) -> bool:
+        """Run a task whose infrastructure failed again, on another feasible site."""
+        tried = [a["site"] for a in handle.attempts] + [handle.site]
+        if handle.task is None or len(handle.attempts) >= self.retry_budget:
+            return False
+        env = handle.envelope
+        others = tuple(s for s in (env.sites or self.backends) if s not in tried)
+        if not others:
+            handle.notes.append(f"{failure.cls} on {handle.site}; no other allowed site to retry")
+            return False
+        try:
+            decision = self.plan(env.model_copy(update={"sites": others}))
+        except NoFeasibleSiteError:
+            handle.notes.append(f"{failure.cls} on {handle.site}; no other feasible site")
+            return False
+        with self._lock:
+            handle.attempts.append(
+                {
+                    "site": handle.site,
+                    "partition": handle.partition,
+                    "compute_task_id": handle.compute_task_id,
+                    "slurm_job_id": handle.slurm_job_id,
+                    "failure": failure.cls,
+                    "error": failure.message,
+                    "ended_at": datetime.now(UTC).isoformat(),
+                }
+            )
+            old_site = handle.site
+            handle.decision = decision
+            handle.state = "queued"
+            handle.started_at = None
+            handle.slurm_job_id = None
+        shape = decision.chosen.shape
+        self.events.emit(
+            "task.retried",
+            handle.id,
+            shape.site,
+            failure=failure.cls,
+            from_site=old_site,
+            to_site=shape.site,
+            attempt=len(handle.attempts) + 1,
+        )
+        try:
+            fut = self.backends[shape.site].submit(handle.task, shape)
+        except Exception as e:
+            self._fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)
+            return True
+        handle.future = fut
+        fut.add_done_callback(lambda f: self._on_done(handle, f))
+        return True
+
+    def _fail(
+        self,
+        handle: TaskHandle,
+        message: str,
+        traceback: str,
+        value: Any = None,
+        failure: str | None = None,
+    ) -> None:
         with self._lock:
             if handle.state in ("completed", "failed"):
                 return
@@ -315,7 +401,12 @@ class Coordinator:
             handle.remote_traceback = traceback
             handle.value = value
         self._persist_end(handle)
-        self.events.emit("task.failed", handle.id, handle.site, error=message)
+        detail: dict[str, Any] = {"error": message}
+        if failure:
+            detail["failure"] = failure
+        if handle.attempts:
+            detail["attempts"] = len(handle.attempts) + 1
+        self.events.emit("task.failed", handle.id, handle.site, **detail)
 
     def _persist_end(self, h: TaskHandle) -> None:
         if self.store is None or h.completed_at is None:

@@ -20,6 +20,7 @@ EventKind = Literal[
     "task.started",
     "task.completed",
     "task.failed",
+    "task.retried",
     "group.submitted",
     "group.child_replaced",
     "group.round_terminal",

@@ -45,6 +45,8 @@ class TaskResult(Frozen):
     completed_at: datetime
     queue_wait_s: float | None = Field(default=None, ge=0)
     events: tuple[Event, ...] = ()
+    attempts: tuple[dict[str, Any], ...] = ()
+    """Earlier attempts (site, failure class, error) before the one reported here."""
 
 
 @dataclass(eq=False)
@@ -70,6 +72,11 @@ class TaskHandle:
     _done: threading.Event = field(default_factory=threading.Event)
     _recovered_compute_id: str | None = None
     cancel_reason: str | None = None
+    task: Any = None
+    """The task itself, kept in memory so an infrastructure failure can be retried."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Earlier placements of this task that failed for infrastructure reasons."""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def compute_task_id(self) -> str | None:
@@ -154,4 +161,5 @@ class TaskHandle:
             completed_at=self.completed_at,
             queue_wait_s=wait,
             events=tuple(self.bus.history(self.id)),
+            attempts=tuple(self.attempts),
         )

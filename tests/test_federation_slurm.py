@@ -239,3 +239,29 @@ def test_endpoint_restart_mid_task_fails_it_with_the_reason(
     r = coord.get_result(h)
     assert r.status == "failed"
     assert "restarted" in (r.error or "") + r.remote_traceback
+
+
+def test_endpoint_loss_is_retried_on_another_allowed_site(
+    coord: Coordinator, local: LocalSites
+) -> None:
+    started = threading.Event()
+    kinds: list[str] = []
+
+    def cb(ev: Event) -> None:
+        kinds.append(ev.kind)
+        if ev.kind == "task.started":
+            started.set()
+
+    env = ResourceEnvelope(sites=("local", "vista"), cpus_min=1, mem_gb_min=1, walltime_s=600)
+    h = coord.submit_task(PythonTask(report_allocation, (20.0,)), env, on_event=cb)
+    first = h.site
+    other = "vista" if first == "local" else "local"
+    assert started.wait(120)
+    local.daemons.stop(first)
+    local.daemons.start(first, local.slurm.env(first))
+    r = coord.get_result(h, timeout_s=180)
+    assert r.status == "completed", (r.error, r.remote_traceback)
+    assert r.site == other and r.value["cluster"] == other
+    assert [a["site"] for a in r.attempts] == [first]
+    assert r.attempts[0]["failure"] == "endpoint_lost"
+    assert "task.retried" in kinds and kinds[-1] == "task.completed"
