@@ -11,6 +11,7 @@ import typer
 
 from federation.cli_service import register as register_service
 from federation.cli_sites import sites_app
+from federation.cli_tasks import register as register_tasks
 
 app = typer.Typer(
     help="Agentic control of federated HPC resources (Globus Compute + Slurm).",
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.add_typer(sites_app, name="sites")
 register_service(app)  # serve, mcp, token
+register_tasks(app)  # draft, submit, result, watch
 
 
 @app.command()
