@@ -76,7 +76,14 @@ class InProcessResultWatcher(_ResultWatcher):  # type: ignore[misc]
         while not self._time_to_stop:
             if self._time_to_check_results.wait(timeout=self.poll_period_s):
                 self._time_to_check_results.clear()
-                self._match_results_to_futures()
+                with self._new_futures_lock:  # cancelled meanwhile (e.g. executor shutdown)
+                    for tid in [t for t, f in self._open_futures.items() if f.done()]:
+                        del self._open_futures[tid]
+                        self._received_results.pop(tid, None)
+                try:
+                    self._match_results_to_futures()
+                except Exception:  # one bad future must not stop every later delivery
+                    logger.exception("result watcher: matching results failed")
         with self._new_futures_lock:
             while self._open_futures:
                 _, fut = self._open_futures.popitem()
