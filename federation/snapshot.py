@@ -121,6 +121,8 @@ class JobRecord(Frozen):
     """Actual start if running; Slurm's estimate (``squeue --start``) if pending."""
     end_time: datetime | None = None
     priority: int | None = None
+    node_names: tuple[str, ...] = ()
+    """Nodes a running job holds (squeue ``%N``, expanded); empty when pending or unknown."""
 
 
 class PartitionSnapshot(Frozen):

@@ -7,16 +7,24 @@ times drawn from the learned usage model (:class:`UsageRatioModel`): running job
 their conditional remaining time, pending jobs run for a quantile of their limit. It sees
 only what a real coordinator sees: node allocations, running and pending jobs with their
 requested limits and start times, and the history of how long finished jobs really ran.
+
+Running jobs are seeded on the very nodes the snapshot says they hold
+(``JobRecord.node_names``, :meth:`SimSite.seed_running`), so the twin has the site's
+fragmentation; pending jobs keep the scheduler's order (priority, submit time, job id). With
+an empty usage model (every job runs to its limit) and no later arrivals, the twin's wait is
+then the site's own (``bench/twin_fidelity.py``). Without node names (older probes) running
+jobs are placed by the simulator's own node choice, which can differ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from federation.envelope import Shape
 from federation.runtime_model import UsageRatioModel
-from federation.sim.queue import SimJob, SimSite
+from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 from federation.sites.spec import SiteSpec
 from federation.snapshot import JobRecord, PartitionSnapshot, SiteSnapshot
 
@@ -54,24 +62,48 @@ class TwinPredictor:
 
     def _build(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
         spec = self.specs[site.site]
-        counts: dict[str, int] = {}
-        for n in site.nodes:
-            if n.usable:
-                counts[n.partition] = counts.get(n.partition, 0) + 1
         known = {p.name for p in spec.partitions}
-        nodes = {p: max(1, counts.get(p, 0)) for p in known}
+        index: dict[str, dict[str, int]] = {p: {} for p in known}
+        for n in site.nodes:
+            ix = index.get(n.partition)
+            if n.usable and ix is not None and n.name not in ix:
+                ix[n.name] = len(ix)
+        nodes = {p: max(1, len(index[p])) for p in known}
         tw = SimSite(spec, nodes=nodes, start_delay_s=self.start_delay_s)
+        # The twin's clock reads seconds since a fixed epoch (rounded to the microseconds of
+        # the snapshot's timestamps), so job ends that coincide at the site coincide here too.
+        tw.advance(round((now - DEFAULT_EPOCH).total_seconds(), 6))
         running = sorted(
             (j for j in site.jobs if j.state == "running" and j.partition in known),
-            key=lambda j: j.start_time or now,
+            key=lambda j: (j.start_time or now, _id_key(j.job_id)),
         )
         pending = [j for j in site.jobs if j.state == "pending" and j.partition in known]
-        pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now))
-        jobs = [self._as_running(j, site.site, now, q) for j in running]
+        # the real scheduler's order: priority, then submit time, then job id
+        pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, _id_key(j.job_id)))
+        jobs: list[SimJob] = []
+        for j in running:
+            job = self._as_running(j, site.site, now, q)
+            if j.node_names and not self._seed(tw, j, job, index[j.partition]):
+                continue  # seeded on its nodes, or it holds no node the twin has
+            jobs.append(job)
         n_pend = len(pending)
         jobs += [self._as_pending(j, site.site, q, n_pend - i) for i, j in enumerate(pending)]
-        tw.submit_many([j for j in jobs if j is not None])
+        tw.submit_many(jobs)
         return tw
+
+    @staticmethod
+    def _seed(tw: SimSite, j: JobRecord, job: SimJob, index: Mapping[str, int]) -> bool:
+        """Seed a running job on the nodes it holds; ``True``: still to be placed by the sim."""
+        held = sorted({index[n] for n in j.node_names if n in index})
+        if not held:  # all its nodes are unusable (draining...) or outside the partition
+            return False
+        if len(held) != job.nodes:
+            job = replace(job, nodes=len(held))
+        try:
+            tw.seed_running(job, held)
+        except SimRequestError:  # the snapshot disagrees with itself: let the twin place it
+            return True
+        return False
 
     def _limit(self, j: JobRecord, site: str) -> float:
         if j.time_limit_s:
@@ -93,12 +125,17 @@ class TwinPredictor:
             priority=priority,
         )
 
-    def _as_running(self, j: JobRecord, site: str, now: datetime, q: float) -> SimJob | None:
+    def _as_running(self, j: JobRecord, site: str, now: datetime, q: float) -> SimJob:
         limit = self._limit(j, site)
         elapsed = max(0.0, (now - j.start_time).total_seconds()) if j.start_time else 0.0
-        left_limit = max(1.0, limit - elapsed)
+        if j.end_time is not None:  # Slurm's end for a running job: start + limit, exactly
+            left_limit = max(1.0, (j.end_time - now).total_seconds())
+        else:
+            left_limit = max(1.0, limit - elapsed)
         left = max(1.0, self.usage.remaining_s(site, limit, elapsed, q))
-        return self._job(j, left_limit, min(left, left_limit), 10**9)
+        if left >= left_limit - 1.0:  # runs to its limit (up to the rounding of the record):
+            left = left_limit  # end exactly then, together with jobs sharing that end
+        return self._job(j, left_limit, left, 10**9)
 
     def _as_pending(self, j: JobRecord, site: str, q: float, prio: int) -> SimJob:
         limit = self._limit(j, site)
@@ -118,8 +155,9 @@ class TwinPredictor:
         )
 
     def wait(self, shape: Shape, site: SiteSnapshot, now: datetime, q: float) -> float:
-        start, _ = self.twin(site, now, q).what_if(self._probe_job(shape, 60.0))
-        return max(0.0, start - self.start_delay_s)
+        tw = self.twin(site, now, q)
+        start, _ = tw.what_if(self._probe_job(shape, 60.0))
+        return max(0.0, start - tw.now - self.start_delay_s)
 
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
@@ -134,3 +172,9 @@ class TwinPredictor:
             f"(usage model from {n} finished jobs)"
         )
         return mid, high, why
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    """Job ids in submission order: ``123`` and ``123_4`` by their numeric part."""
+    head = job_id.split("_", 1)[0].split(".", 1)[0]
+    return (int(head), job_id) if head.isdigit() else (2**62, job_id)

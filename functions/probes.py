@@ -77,6 +77,7 @@ def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
         "StartTime",
         "EndTime",
         "PriorityLong",
+        "NodeList",  # the nodes a running job holds (empty while pending)
     ]
     start_codes = [("%i", "JobArrayID"), ("%P", "Partition"), ("%S", "StartTime")]
     start_codes += [("%Y", "SchedNodes"), ("%r", "Reason")]

@@ -7,6 +7,7 @@ import copy
 import inspect
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -26,6 +27,7 @@ from federation.parsing.sinfo import SINFO_FIELDS, parse_sinfo, parse_sinfo_json
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.parsing.squeue import (
     SQUEUE_FIELDS,
+    SQUEUE_FIELDS_NODES,
     _Builder,
     parse_squeue,
     parse_squeue_json,
@@ -351,10 +353,18 @@ esac""",
     "squeue": """/usr/bin/env > "$FAKE/squeue.env"
 case "$*" in
   *--start*) exec /bin/cat "$FAKE/start.out" ;;
-  *) if [ -f "$FAKE/slow" ]; then exec /bin/sleep 30; fi; exec /bin/cat "$FAKE/squeue.out" ;;
+  *NodeList*) if [ -f "$FAKE/slow" ]; then exec /bin/sleep 30; fi
+      exec /bin/cat "$FAKE/squeue_nodes.out" ;;
+  *) exec /bin/cat "$FAKE/squeue.out" ;;
 esac""",
     "scontrol": 'exec /bin/cat "$FAKE/scontrol.out"',
 }
+
+
+def recorded_node_lists() -> dict[str, str]:
+    """Job id -> NodeList in the recorded ``scontrol show job`` (empty while pending)."""
+    text = (RECORDED / "probetest-scontrol-show-job-22.05.8.txt").read_text()
+    return dict(re.findall(r"^JobId=(\d+) .*?^ +NodeList=(\S*)", text, re.M | re.S))
 
 
 @pytest.fixture
@@ -381,6 +391,13 @@ def fake_slurm(
     outputs["sinfo_old.out"] = "".join(
         UNIT_SEP.join(r[:i] + r[i + 1 :]) + RECORD_SEP + "\n" for r in rows
     )
+    # what squeue prints for today's field list: the recorded queue plus each job's NodeList
+    # (as the recorded scontrol show job of the same queue has it)
+    outputs["squeue_nodes.out"] = "".join(
+        r + UNIT_SEP + recorded_node_lists().get(r.split(UNIT_SEP)[0], "") + RECORD_SEP + "\n"
+        for r in probetest["squeue"]["stdout"].split(RECORD_SEP + "\n")
+        if r
+    )
     for name, text in outputs.items():
         (tmp_path / name).write_text(text)
     monkeypatch.setenv("FAKE", str(tmp_path))
@@ -398,15 +415,27 @@ def test_probe_runs_and_its_output_builds_the_same_snapshot(
         entry = raw[name]
         assert isinstance(entry, dict)
         assert (entry["rc"], entry["timed_out"], entry["error"]) == (0, False, None), name
-        assert entry["stdout"] == probetest[name]["stdout"], name
+        out = (fake_slurm / "squeue_nodes.out").read_text() if name == "squeue" else None
+        assert entry["stdout"] == (out or probetest[name]["stdout"]), name
         assert isinstance(entry["duration_s"], float) and entry["stderr"] == ""
     assert raw["probe"] == "slurm" and raw["format"] == 1
     assert raw["hostname"] and isinstance(raw["utc_offset_s"], int)
     started = datetime.fromisoformat(str(raw["started_at"]))
     assert started.tzinfo is not None and abs(datetime.now(UTC) - started) < timedelta(seconds=30)
     ours = build_site_snapshot("probetest", raw)
-    theirs = build_site_snapshot("probetest", probetest)
-    assert ours.partitions == theirs.partitions and ours.jobs == theirs.jobs
+    theirs = build_site_snapshot("probetest", probetest)  # recorded before NodeList
+    assert ours.partitions == theirs.partitions
+    assert [j.model_copy(update={"node_names": ()}) for j in ours.jobs] == list(theirs.jobs)
+    assert all(not j.node_names for j in theirs.jobs)
+    held = {j.job_id: j.node_names for j in ours.jobs if j.node_names}
+    assert held == {
+        "1": ("pc-cpu-01",),
+        "2": ("pc-gpu-01",),
+        "3": ("pc-gpu-02",),
+        "4": ("pc-gpu-02",),
+        "10": ("pc-gpu-01",),
+    }
+    assert {j.job_id for j in ours.jobs if j.state == "running"} == set(held)
     # the environment Slurm saw: filters dropped, ISO timestamps forced
     env = (fake_slurm / "squeue.env").read_text()
     assert "SQUEUE_USERS" not in env and "SLURM_TIME_FORMAT=standard" in env
@@ -417,7 +446,7 @@ def test_probe_field_lists_match_the_parsers(fake_slurm: Path) -> None:
     sinfo, squeue, start = raw["sinfo"], raw["squeue"], raw["squeue_start"]
     assert isinstance(sinfo, dict) and isinstance(squeue, dict) and isinstance(start, dict)
     assert tuple(sinfo["fields"]) == SINFO_FIELDS
-    assert tuple(squeue["fields"]) == SQUEUE_FIELDS
+    assert tuple(squeue["fields"]) == SQUEUE_FIELDS_NODES
     assert tuple(start["fields"]) == START_FIELDS
     fmt = sinfo["argv"][-1]
     # every -O field has an explicit empty width: "Name:" + separator, or it is truncated
@@ -483,8 +512,9 @@ def test_probe_falls_back_when_state_complete_is_unknown(fake_slurm: Path) -> No
 
 def test_probe_compresses_a_huge_queue(fake_slurm: Path) -> None:
     big = synthetic_probe(30_000)["squeue"]["stdout"]
+    big = big.replace(RECORD_SEP + "\n", UNIT_SEP + RECORD_SEP + "\n")  # empty NodeList
     assert len(big) > 4_000_000
-    (fake_slurm / "squeue.out").write_text(big)
+    (fake_slurm / "squeue_nodes.out").write_text(big)
     raw = probe_slurm(timeout_s=30)
     squeue = raw["squeue"]
     assert isinstance(squeue, dict) and squeue["stdout"] == "" and squeue["stdout_zlib_b64"]
@@ -585,3 +615,29 @@ def test_probe_against_a_running_local_cluster(monkeypatch: pytest.MonkeyPatch) 
     assert snap.health.reachable and snap.slurm_version and snap.slurm_version[:2].isdigit()
     assert snap.partitions and all(p.nodes_total > 0 for p in snap.partitions)
     assert sum(p.cpus_total for p in snap.partitions) > 0
+
+
+def test_node_lists_of_running_jobs(probetest: dict[str, Any]) -> None:
+    rows = [r for r in probetest["squeue"]["stdout"].split(RECORD_SEP + "\n") if r]
+    lists = {"10": "pc-gpu-[01-02]", "1": "pc-cpu-01,pc-gpu-03", "5": "pc-cpu-[01-02]"}
+    text = "".join(
+        r + UNIT_SEP + lists.get(r.split(UNIT_SEP)[0], "") + RECORD_SEP + "\n" for r in rows
+    )
+    fast = parse_squeue(text, SQUEUE_FIELDS_NODES)
+    by_id = {j.job_id: j for j in fast}
+    assert by_id["10"].node_names == ("pc-gpu-01", "pc-gpu-02")
+    assert by_id["1"].node_names == ("pc-cpu-01", "pc-gpu-03")
+    assert by_id["5"].node_names == ()  # pending: a node list there is no allocation
+    # the old field list (recorded probes) still parses, with no node names
+    old = parse_squeue(probetest["squeue"]["stdout"], SQUEUE_FIELDS)
+    assert [j.model_copy(update={"node_names": ()}) for j in fast] == old
+    # the generic path (another field order) agrees with the fast one
+    order = list(reversed(SQUEUE_FIELDS_NODES))
+    swapped = "".join(
+        UNIT_SEP.join(reversed(r.split(UNIT_SEP))) + RECORD_SEP + "\n"
+        for r in text.split(RECORD_SEP + "\n")
+        if r
+    )
+    assert parse_squeue(swapped, order) == fast
+    with pytest.raises(ParseError, match="record 1"):
+        parse_squeue(text.replace("pc-gpu-[01-02]", "pc-gpu-[01-"), SQUEUE_FIELDS_NODES)

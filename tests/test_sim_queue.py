@@ -414,3 +414,54 @@ def test_replay_is_deterministic() -> None:
     assert [(s.start_s, s.end_s) for s in a.statuses()] == [
         (s.start_s, s.end_s) for s in b.statuses()
     ]
+
+
+# -- node placement in snapshots, seeding running jobs ----------------------------------------
+
+
+def test_snapshot_names_the_nodes_of_running_jobs() -> None:
+    site = SimSite(make_spec(nodes=4, cpus=4))
+    wide = site.submit(job(nodes=2, wall=100))
+    part = site.submit(job(nodes=1, cpus=1, wall=100))
+    pend = site.submit(job(nodes=4, wall=100))
+    jobs = {j.job_id: j for j in site.snapshot().jobs}
+    assert jobs[wide].node_names == ("p-0001", "p-0002")
+    assert jobs[part].node_names == ("p-0003",)
+    assert jobs[pend].node_names == ()
+    assert {n.name for n in site.snapshot().nodes} >= {"p-0001", "p-0002", "p-0003"}
+
+
+def test_seed_running_places_a_job_on_given_nodes() -> None:
+    site = SimSite(make_spec(nodes=4, cpus=4))
+    site.advance(50)
+    a = site.seed_running(job(nodes=2, cpus=2, wall=100, run=30), [1, 3])
+    st = site.status(a)
+    assert (st.state, st.start_s, st.end_s, st.limit_end_s) == ("running", 50, 80, 150)
+    snap = site.snapshot()
+    assert [n.cpus_alloc for n in snap.nodes] == [0, 2, 0, 2]
+    assert next(j for j in snap.jobs if j.job_id == a).node_names == ("p-0002", "p-0004")
+    # a whole-node job now waits for a pair of idle nodes: 0 and 2 are free, so it starts
+    b = site.submit(job(nodes=2, wall=100))
+    assert site.status(b).start_s == 50
+    # and a 3-node one waits for the seeded job to end (at 80), not for its limit
+    c = site.submit(job(nodes=3, wall=100))
+    site.advance(200)
+    assert site.status(c).start_s == 150  # b holds nodes 0 and 2 until 150
+    with pytest.raises(SimRequestError, match="cannot seed"):
+        site.seed_running(job(nodes=1, wall=10), [0])  # node 0 is full
+    with pytest.raises(SimRequestError, match="distinct"):
+        site.seed_running(job(nodes=2, cpus=1, wall=10), [3, 3])
+    with pytest.raises(SimRequestError, match="out of range"):
+        site.seed_running(job(nodes=1, cpus=1, wall=10), [9])
+
+
+def test_seeded_running_job_has_no_launch_delay_and_blocks_the_head() -> None:
+    site = SimSite(make_spec(nodes=2, cpus=4), start_delay_s=10)
+    site.seed_running(job(nodes=1, wall=100, run=100), [0])
+    head = site.submit(job(nodes=2, wall=50))
+    late = site.submit(job(nodes=1, wall=101))  # its limit is past the shadow time (100)
+    fits = site.submit(job(nodes=1, wall=100))  # its limit is the shadow time: backfills
+    assert site.status(head).start_s is None
+    assert site.status(late).start_s is None and site.status(fits).start_s == 0
+    site.run_until_idle()
+    assert site.status(head).start_s == 100  # the seeded job ends at 100 exactly

@@ -39,6 +39,7 @@ from federation.parsing.common import (
     split_records,
 )
 from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
+from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import Table
 from federation.parsing.times import (
@@ -71,7 +72,15 @@ SQUEUE_FIELDS: tuple[str, ...] = (
     "EndTime",
     "PriorityLong",
 )
-"""The probe's ``squeue -O`` fields, in order."""
+"""The probe's original ``squeue -O`` fields, in order: the default for a recorded probe
+that names no field list."""
+
+SQUEUE_FIELDS_NODES: tuple[str, ...] = (*SQUEUE_FIELDS, "NodeList")
+"""The probe's ``squeue -O`` fields today: :data:`SQUEUE_FIELDS` plus the nodes each running
+job holds (``JobRecord.node_names``), which a queue twin needs to reproduce fragmentation."""
+_PROBE_FIELDS = frozenset({SQUEUE_FIELDS, SQUEUE_FIELDS_NODES})
+_NO_NODES = frozenset({"pending", "requeued", "held"})
+"""States whose node list is not an allocation (empty, or the nodes asked for)."""
 
 # squashed column name (upper case, no space/_/-) -> canonical key
 COLUMN_ALIASES: dict[str, str] = {
@@ -108,6 +117,7 @@ COLUMN_ALIASES: dict[str, str] = {
     "ENDTIME": "end_time",
     "PRIORITYLONG": "priority",
     "PRIORITY": "priority",
+    "NODELIST": "node_list",
 }
 _KEYS = (
     "job_id",
@@ -130,6 +140,7 @@ _KEYS = (
     "start_time",
     "end_time",
     "priority",
+    "node_list",
 )
 _LEADING_INT = re.compile(r"\s*(\d+)")
 
@@ -259,6 +270,7 @@ class _Builder:
         self._suffix = zone_suffix(utc_offset_s)
         self._utc = not utc_offset_s
         self._mem: dict[str, int | None] = {}
+        self._hosts: dict[str, tuple[str, ...]] = {}
         self._keys = tuple(self.idx)
         self._values = itemgetter(*self.idx.values())
 
@@ -339,6 +351,17 @@ class _Builder:
         self._mem[text] = value
         return value
 
+    def _nodes(self, text: str | None, state: str) -> tuple[str, ...]:
+        """The nodes a job holds (a Slurm host list), cached per distinct list."""
+        if not text or state in _NO_NODES:
+            return ()
+        hit = self._hosts.get(text)
+        if hit is None:
+            hit = tuple(expand_hostlist(text))
+            if len(self._hosts) < 100_000:
+                self._hosts[text] = hit
+        return hit
+
     def build(self, row: Sequence[str], where: str | int) -> JobRecord:
         """One row -> JobRecord; ``where`` (a label or a record number) names it in errors."""
         try:
@@ -383,6 +406,11 @@ class _Builder:
             if p.isdigit():
                 priority = int(p)
         part = cell("partition")
+        node_list = cell("node_list")
+        if node_list is None and state not in _NO_NODES:  # %R: node names once running
+            nr = cell("nodelist_reason")
+            if nr is not None and not nr.strip().startswith("("):
+                node_list = nr
         data: dict[str, Any] = {
             "job_id": job_id,
             "partition": part.strip() if part is not None else "",
@@ -400,6 +428,7 @@ class _Builder:
             "start_time": self._time(cell("start_time")),
             "end_time": self._time(cell("end_time")),
             "priority": priority,
+            "node_names": self._nodes(node_list.strip() if node_list else None, state),
         }
         try:
             return JobRecord.model_validate(data)
@@ -417,6 +446,9 @@ def parse_squeue(
 ) -> list[JobRecord]:
     """The probe's ``squeue -O`` output -> JobRecords; ParseError naming the line otherwise.
 
+    ``fields`` is the field list the probe recorded (:data:`SQUEUE_FIELDS_NODES` today;
+    :data:`SQUEUE_FIELDS` for probes recorded before node lists; any other order works too).
+
     ``start_estimates`` ({job id: time}, from ``squeue --start``) replaces the start time
     of pending jobs that have one.
     """
@@ -429,7 +461,7 @@ def parse_squeue(
     out: list[JobRecord] = []
     with gc_paused():
         rows = split_records(stdout, len(fields), "squeue")
-        if fields == SQUEUE_FIELDS:
+        if fields in _PROBE_FIELDS:
             return _fast_probe_jobs(rows, builder, est)
         build = builder.build
         for n, row in enumerate(rows, start=1):
@@ -475,20 +507,23 @@ def with_start_time(job: JobRecord, start: datetime | None) -> JobRecord:
 def _fast_probe_jobs(
     rows: list[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
 ) -> list[JobRecord]:
-    """:data:`SQUEUE_FIELDS` rows -> JobRecords by tuple unpacking (the 50k-job path).
+    """Probe rows (:data:`SQUEUE_FIELDS`, optionally with ``NodeList`` last) -> JobRecords by
+    tuple unpacking (the 50k-job path).
 
     Every value is checked here (integers are digit strings, states come from the table,
     times are aware datetimes), so records are built without pydantic's second pass.
     """
     validate = _trusted_job
     state_reason, resources, memory = b._state_reason, b._resources, b._memory
-    duration, ts = b._duration, b._time
+    duration, ts, hosts = b._duration, b._time, b._nodes
+    width = len(SQUEUE_FIELDS)
     out: list[JobRecord] = []
     append = out.append
     n = 0
     try:
         for row in rows:
             n += 1
+            node_list = row[width] if len(row) > width else ""
             (
                 job_id,
                 part,
@@ -509,7 +544,7 @@ def _fast_probe_jobs(
                 start,
                 end,
                 prio,
-            ) = row
+            ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
             state, reason = state_reason(st, rsn, None)
@@ -538,6 +573,7 @@ def _fast_probe_jobs(
                 else ts(start),
                 "end_time": ts(end),
                 "priority": int(prio) if prio.isdigit() else None,
+                "node_names": hosts(node_list, state) if node_list else (),
             }
             append(validate(data))
     except ParseError as e:
@@ -673,6 +709,9 @@ def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
         "start_time": epoch(json_number(j.get("start_time"))),
         "end_time": epoch(json_number(j.get("end_time"))),
         "priority": priority,
+        "node_names": ()
+        if state in _NO_NODES
+        else tuple(expand_hostlist(json_str(j.get("nodes")))),
     }
     try:
         return JobRecord.model_validate(data)

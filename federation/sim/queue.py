@@ -41,6 +41,10 @@ partition in one forward pass: the candidates are *ghosts* that take nothing unt
 moment one of them would start or reach the head of the queue; only then is that candidate
 forked off and played on its own.
 
+Job ends and limits are rounded to the microsecond (the resolution of snapshot timestamps),
+so that a twin rebuilt from a snapshot sees the same simultaneous ends as the site.
+:meth:`SimSite.seed_running` puts an already running job on given nodes (for such twins).
+
 Snapshots
 ---------
 :meth:`SimSite.snapshot` emits the same :class:`~federation.snapshot.SiteSnapshot` a probe of
@@ -550,7 +554,9 @@ class _Part:
 
     # -- job life cycle -------------------------------------------------------------------
 
-    def start(self, q: _Q, nodes: list[int], t: float, long: bool) -> None:
+    def start(
+        self, q: _Q, nodes: list[int], t: float, long: bool, delay: float | None = None
+    ) -> None:
         job = q.job
         c, m, g = job.cpus_per_node, job.mem_mb_per_node, job.gpus_per_node
         self._take(nodes, c, m, g)
@@ -562,8 +568,9 @@ class _Part:
                     e[0] -= c
                     e[1] -= m
                     e[2] -= g
-        end = t + min(self.delay + job.run_s, job.walltime_s)
-        limit = t + job.walltime_s
+        limit = _tick(t + job.walltime_s)
+        held = (self.delay if delay is None else delay) + job.run_s
+        end = limit if held >= job.walltime_s else _tick(t + held)
         runs, lims = self.node_runs, self.node_lim
         for i in nodes:
             runs[i] = (*runs[i], limit)
@@ -576,6 +583,30 @@ class _Part:
         bisect.insort(self.limits, (limit, q.seq, q.job_id))
         self.units += self.primary(job)
         self._hist(t)
+
+    def seed(self, q: _Q, nodes: Sequence[int]) -> None:
+        """Start ``q`` now on exactly ``nodes`` (no launch delay: it is already running)."""
+        job = q.job
+        c, m, g = job.cpus_per_node, job.mem_mb_per_node, job.gpus_per_node
+        picked = list(nodes)
+        problems = []
+        if len(picked) != job.nodes or len(set(picked)) != len(picked):
+            problems.append(f"needs {job.nodes} distinct node(s), got {picked}")
+        for i in picked:
+            if not 0 <= i < self.n:
+                problems.append(f"node index {i} out of range (partition has {self.n})")
+            elif self.free_c[i] < c or self.free_m[i] < m or self.free_g[i] < g:
+                problems.append(
+                    f"node {i} has {self.free_c[i]} CPUs, {self.free_m[i]} MB, "
+                    f"{self.free_g[i]} GPUs free"
+                )
+        if problems:
+            raise SimRequestError(
+                f"partition {self.name} cannot seed running job: " + "; ".join(problems)
+            )
+        self.pending_ids[q.job_id] = q
+        self.start(q, picked, self.now, False, delay=0.0)
+        self.dirty = True  # the standing reservation did not know this job
 
     def finish(self, job_id: str, t: float, state: SimJobState) -> None:
         r = self.running.pop(job_id)
@@ -1160,6 +1191,33 @@ class SimSite:
                 part.schedule()
         return ids
 
+    def seed_running(self, job: SimJob, nodes: Sequence[int]) -> str:
+        """Put ``job`` on the site as already running, now, on exactly these nodes.
+
+        ``nodes`` are 0-based node indices of ``job.partition`` (node ``i`` is named
+        ``<partition>-<i + 1:04d>`` in snapshots), one per ``job.nodes``; each must have the
+        job's per-node CPUs, memory and GPUs free. ``job.walltime_s`` is the time left until
+        its limit and ``job.run_s`` the time it really has left (no launch delay is added).
+        This is how a twin rebuilds a probed queue with the real allocation (and so the real
+        fragmentation). Returns the job id; raises :class:`SimRequestError` if it cannot fit.
+        """
+        if job.submit_s is not None and job.submit_s != self._now:
+            raise SimRequestError("seed_running: a running job has no future submit time")
+        part = self._part(job.partition)
+        part.check(job)
+        part.advance(self._now)
+        self._seq += 1
+        jid = str(self._seq)
+        q = _make_q(job.priority, self._now, self._seq, jid, job)
+        part.seed(q, nodes)
+        self._where[jid] = part.name
+        if part.pending:
+            part.schedule()
+        else:
+            part.dirty = False
+            part.resv = None
+        return jid
+
     def cancel(self, job_id: str) -> bool:
         """Cancel a future, pending or running job; ``False`` if it had already finished."""
         part = self._part(self._where_is(job_id))
@@ -1433,6 +1491,7 @@ def _job_record(
         start_time=start,
         end_time=None if run is None else stamp(run.limit_end_s),
         priority=job.priority,
+        node_names=() if run is None else tuple(f"{p.name}-{i + 1:04d}" for i in run.nodes),
     )
 
 
@@ -1444,7 +1503,7 @@ def _status(part: _Part, job_id: str) -> SimJobStatus:
         )
     d = part.done.get(job_id)
     if d is not None:
-        limit = None if d.start_s is None else d.start_s + d.q.job.walltime_s
+        limit = None if d.start_s is None else _tick(d.start_s + d.q.job.walltime_s)
         end = d.end_s if d.start_s is not None else None
         return SimJobStatus(job_id, part.name, d.state, d.q.submit_s, d.start_s, end, limit)
     q = part.pending_ids.get(job_id)
@@ -1460,8 +1519,15 @@ def _status(part: _Part, job_id: str) -> SimJobStatus:
     )
 
 
+def _tick(t: float) -> float:
+    """Job ends on the microsecond grid of snapshot timestamps, so that a twin rebuilt from a
+    snapshot sees the same simultaneous ends as the site (float sums differ by ~1e-11 s)."""
+    return round(t, 6)
+
+
 def _end_of(part: _Part, job: SimJob, start: float) -> float:
-    return start + min(part.delay + job.run_s, job.walltime_s)
+    held = part.delay + job.run_s
+    return _tick(start + job.walltime_s) if held >= job.walltime_s else _tick(start + held)
 
 
 def _what_if_part(
