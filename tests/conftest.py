@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,25 @@ def local_federation() -> Iterator[object]:
     fed.up()
     yield fed
     # Left running on purpose: `federation sites down` stops it; re-running tests is fast.
+
+
+@pytest.fixture(scope="module")
+def local(local_federation: Any) -> Iterator[Any]:
+    """The local sites with their endpoints running (``LocalSites``), per test module."""
+    from federation.local import LocalSites
+
+    sites = LocalSites(home=local_federation.home)
+    sites.up()
+    yield sites
+
+
+@pytest.fixture(scope="module")
+def coord(local: Any) -> Iterator[Any]:
+    """A coordinator over the local sites through the real SDK, closed after the module."""
+    c = local.connect(telemetry=False, probe_timeout_s=60)
+    try:
+        yield c
+    finally:
+        c.close()
+        if local.service is not None:
+            local.service.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,24 +18,6 @@ from functions.faults import garbage_probe, slow_probe
 from functions.workloads import fail_with, report_allocation
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(scope="module")
-def local(local_federation: Any) -> Iterator[LocalSites]:
-    sites = LocalSites(home=local_federation.home)
-    sites.up()
-    yield sites
-
-
-@pytest.fixture(scope="module")
-def coord(local: LocalSites) -> Iterator[Coordinator]:
-    c = local.connect(telemetry=False, probe_timeout_s=60)
-    try:
-        yield c
-    finally:
-        c.close()
-        if local.service is not None:
-            local.service.close()
 
 
 def _events(handle_events: list[Event]) -> list[str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -17,24 +15,6 @@ from functions.workloads import report_allocation
 
 pytestmark = pytest.mark.slurm
 TAG = "fed-test-group-fill"
-
-
-@pytest.fixture(scope="module")
-def local(local_federation: Any) -> Iterator[LocalSites]:
-    sites = LocalSites(home=local_federation.home)
-    sites.up()
-    yield sites
-
-
-@pytest.fixture(scope="module")
-def coord(local: LocalSites) -> Iterator[Coordinator]:
-    c = local.connect(telemetry=False, probe_timeout_s=60)
-    try:
-        yield c
-    finally:
-        c.close()
-        if local.service is not None:
-            local.service.close()
 
 
 def test_queued_child_is_replaced_once_its_siblings_finish(

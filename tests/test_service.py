@@ -17,7 +17,6 @@ from fastapi.testclient import TestClient
 
 from federation.catalog import CatalogError, UnknownFunctionError, default_catalog
 from federation.coordinator import Coordinator
-from federation.local import LocalSites
 from federation.parsing.snapshot_builder import unreachable_snapshot
 from federation.service.app import create_app
 from federation.service.ops import LocalOps
@@ -136,24 +135,6 @@ def test_redaction_filter_hides_tokens() -> None:
 
 
 # --- the API over the real local federation ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def local(local_federation: Any) -> Iterator[LocalSites]:
-    sites = LocalSites(home=local_federation.home)
-    sites.up()
-    yield sites
-
-
-@pytest.fixture(scope="module")
-def coord(local: LocalSites) -> Iterator[Coordinator]:
-    c = local.connect(telemetry=False, probe_timeout_s=30)
-    try:
-        yield c
-    finally:
-        c.close()
-        if local.service is not None:
-            local.service.close()
 
 
 @pytest.fixture(scope="module")
