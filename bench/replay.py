@@ -270,11 +270,18 @@ def make_policies(
     def rt(shape: Shape) -> float:
         return runtimes.predict(w.name, shape, default_s=w.base_s)
 
+    # best-feasible as the paper ran it, on Slurm's own start estimates: the same backfill
+    # replay of the visible queue with every job running to its limit (an empty usage model)
+    slurm_estimate = TwinPredictor(
+        twin_pred.specs, UsageRatioModel(), start_delay_s=twin_pred.start_delay_s
+    )
+    bf = best_feasible(rt)
+    bf.wait_fn = slurm_estimate
     return [
         fixed_site("delta"),
         shortest_queue(),
         earliest_start(),
-        best_feasible(rt),
+        bf,
         twin(twin_pred, rt),
         twin_hedge(twin_pred, rt),
     ]
