@@ -125,6 +125,7 @@ def run_cell(
     hours: float,
     warmup_h: float,
     probe_interval_s: float,
+    max_copies: int = 2,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -146,7 +147,7 @@ def run_cell(
     last_look = 0.0
     runtimes = TaskRuntimeModel()
     twin_pred = TwinPredictor(specs, usage)
-    policies = {w.name: make_policies(twin_pred, runtimes, w) for w in WORKLOADS}
+    policies = {w.name: make_policies(twin_pred, runtimes, w, max_copies) for w in WORKLOADS}
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     t = warmup_h * 3600
     end = (warmup_h + hours) * 3600
@@ -263,7 +264,7 @@ def _one_task(
 
 
 def make_policies(
-    twin_pred: TwinPredictor, runtimes: TaskRuntimeModel, w: Workload
+    twin_pred: TwinPredictor, runtimes: TaskRuntimeModel, w: Workload, max_copies: int = 2
 ) -> list[Policy]:
     """The compared policies for one workload (runtime predictions from the shared model)."""
 
@@ -283,7 +284,7 @@ def make_policies(
         earliest_start(),
         bf,
         twin(twin_pred, rt),
-        twin_hedge(twin_pred, rt),
+        twin_hedge(twin_pred, rt, max_copies=max_copies),
     ]
 
 
@@ -296,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hours", type=float, default=24.0, help="virtual hours of probe rounds")
     ap.add_argument("--warmup-h", type=float, default=24.0)
     ap.add_argument("--probe-interval-s", type=float, default=120.0)
+    ap.add_argument("--max-copies", type=int, default=2, help="twin-hedge: copies at most")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -313,7 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         for regime in args.regimes.split(","):
             for seed in range(args.seeds):
                 cell = run_cell(
-                    tname, trace, regime, seed, args.hours, args.warmup_h, args.probe_interval_s
+                    tname,
+                    trace,
+                    regime,
+                    seed,
+                    args.hours,
+                    args.warmup_h,
+                    args.probe_interval_s,
+                    args.max_copies,
                 )
                 cells.append(cell)
                 print(
