@@ -245,43 +245,23 @@ def snapshot_wait(
 
 def shape_ladder(envelope: ResourceEnvelope, base: Shape, part: PartitionSpec) -> list[Shape]:
     """``base`` and the larger shapes inside ``envelope`` a partition can host, by doubling
-    the scaling resource (GPUs if any, else CPUs) and memory with it."""
+    the scaling resource (GPUs if any, else CPUs) and memory (and CPUs, for GPUs) with it."""
+    key = "gpus" if base.gpus else "cpus"
+    start = getattr(base, key)
+    bound = envelope.gpus_max if base.gpus else envelope.cpus_max
+    hi = min(bound or start, part.gpus_per_node if base.gpus else part.cpus_per_node)
     shapes = [base]
-    if base.gpus:
-        hi = min(envelope.gpus_max or base.gpus, part.gpus_per_node)
-        g = base.gpus * 2
-        while g <= hi:
-            f = g / base.gpus
-            shapes.append(
-                base.model_copy(
-                    update={
-                        "gpus": g,
-                        "cpus": min(
-                            part.cpus_per_node, envelope.cpus_max or 10**9, int(base.cpus * f)
-                        ),
-                        "mem_gb": int(
-                            min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)
-                        ),
-                    }
-                )
-            )
-            g *= 2
-    else:
-        hi = min(envelope.cpus_max or base.cpus, part.cpus_per_node)
-        c = base.cpus * 2
-        while c <= hi:
-            f = c / base.cpus
-            shapes.append(
-                base.model_copy(
-                    update={
-                        "cpus": c,
-                        "mem_gb": int(
-                            min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)
-                        ),
-                    }
-                )
-            )
-            c *= 2
+    n = start * 2
+    while n <= hi:
+        f = n / start
+        update: dict[str, int] = {
+            key: n,
+            "mem_gb": int(min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)),
+        }
+        if base.gpus:
+            update["cpus"] = min(part.cpus_per_node, envelope.cpus_max or 10**9, int(base.cpus * f))
+        shapes.append(base.model_copy(update=update))
+        n *= 2
     return shapes
 
 
