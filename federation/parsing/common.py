@@ -149,3 +149,23 @@ def to_int(value: str, what: str) -> int:
         return int(value)
     except ValueError:
         raise ParseError(f"{what}: expected an integer, got {snippet(value)}") from None
+
+
+def json_objects(
+    source: str | bytes | Mapping[str, Any], what: str, key: str = "jobs"
+) -> list[Mapping[str, Any]]:
+    """The list of objects under ``key`` of a Slurm ``--json`` document.
+
+    Raises :class:`ParseError` when Slurm reported errors, the list is missing, or an
+    entry is not an object, naming the entry.
+    """
+    data = load_json(source, what)
+    if data.get("errors"):
+        raise ParseError(f"{what} reports errors: {snippet(str(data['errors']), 200)}")
+    items = data.get(key)
+    if not isinstance(items, list):
+        raise ParseError(f"{what}: no {key!r} list (keys: {sorted(data)[:10]})")
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise ParseError(f"{what} {key}[{i}]: expected an object")
+    return items

@@ -16,7 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from federation.errors import ParseError
-from federation.parsing.common import clean, json_int, json_number, json_str, load_json
+from federation.parsing.common import (
+    clean,
+    json_int,
+    json_number,
+    json_objects,
+    json_str,
+)
 from federation.parsing.gres import parse_tres
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import parse_delimited
@@ -164,16 +170,9 @@ def parse_sacct_json(
     source: str | bytes | Mapping[str, Any], *, include_steps: bool = False
 ) -> list[AcctRecord]:
     """``sacct --json`` -> one record per job (and per step with ``include_steps``)."""
-    data = load_json(source, "sacct JSON")
-    if data.get("errors"):
-        raise ParseError(f"sacct JSON reports errors: {data['errors']!r:.200}")
-    jobs = data.get("jobs")
-    if not isinstance(jobs, list):
-        raise ParseError(f"sacct JSON: no 'jobs' list (keys: {sorted(data)[:10]})")
+    jobs = json_objects(source, "sacct JSON")
     out: list[AcctRecord] = []
-    for i, j in enumerate(jobs):
-        if not isinstance(j, Mapping):
-            raise ParseError(f"sacct JSON jobs[{i}]: expected an object")
+    for j in jobs:
         t = j.get("time") if isinstance(j.get("time"), Mapping) else {}
         assert isinstance(t, Mapping)
         state, raw = _state(j.get("state"))

@@ -33,8 +33,8 @@ from federation.parsing.common import (
     clean,
     json_int,
     json_number,
+    json_objects,
     json_str,
-    load_json,
     snippet,
     split_records,
 )
@@ -725,18 +725,8 @@ def parse_squeue_json(
     source: str | bytes | Mapping[str, Any], warnings: list[str] | None = None
 ) -> list[JobRecord]:
     """``squeue --json`` (any version) -> JobRecords (times in UTC from epoch seconds)."""
-    data = load_json(source, "squeue JSON")
-    if data.get("errors"):
-        raise ParseError(f"squeue JSON reports errors: {snippet(str(data['errors']), 200)}")
-    jobs = data.get("jobs")
-    if not isinstance(jobs, list):
-        raise ParseError(f"squeue JSON: no 'jobs' list (keys: {sorted(data)[:10]})")
-    out: list[JobRecord] = []
-    for i, j in enumerate(jobs):
-        if not isinstance(j, Mapping):
-            raise ParseError(f"squeue JSON jobs[{i}]: expected an object")
-        out.append(_json_job(j, f"squeue JSON jobs[{i}]"))
-    return out
+    jobs = json_objects(source, "squeue JSON")
+    return [_json_job(j, f"squeue JSON jobs[{i}]") for i, j in enumerate(jobs)]
 
 
 def count_states(jobs: Iterable[JobRecord]) -> dict[str, int]:
