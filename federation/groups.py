@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+REPLACE_MARGIN_S = 30.0
+"""Move a queued child only if elsewhere finishes it at least this much sooner."""
+
+
 @dataclass
 class GroupChild:
     """One child: what it is, its envelope, and the handles of each placement it had."""
@@ -149,11 +153,14 @@ class GroupManager:
         old = child.handle
         snap = self.coord.inspect_federation()
         try:
-            decision_site = self.coord.plan(child.envelope, snap).chosen.site
+            decision = self.coord.plan(child.envelope, snap)
         except NoFeasibleSiteError:
             return
-        if decision_site == old.site:
+        if decision.chosen.site == old.site:
             return  # still the best place: leave it queued
+        here = [c.predicted_completion_s for c in decision.candidates if c.site == old.site]
+        if here and min(here) <= decision.chosen.predicted_completion_s + REPLACE_MARGIN_S:
+            return  # about to start where it is (e.g. a worker still booting): moving costs more
         with self._lock:
             g._replacing.add(old.id)
         if not self.coord.cancel(old, reason="re-placed by its group"):
