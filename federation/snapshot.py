@@ -175,6 +175,27 @@ class SiteHealth(Frozen):
     """Non-fatal problems in a usable probe (an optional command failed, lines skipped)."""
 
 
+class AllocationScope(Frozen):
+    """The allocation (credit) a site charges work to, as the site reports it.
+
+    Filled from ``sshare`` (usage in CPU-seconds, converted) or the site's own balance
+    command. ``None`` fields are what the site did not say.
+    """
+
+    account: str
+    used_core_hours: float | None = Field(default=None, ge=0)
+    limit_core_hours: float | None = Field(default=None, ge=0)
+    """The allocation's size, when the site reports one (or the configured budget)."""
+    fairshare: float | None = Field(default=None, ge=0)
+    source: str = "sshare"
+
+    @property
+    def remaining_core_hours(self) -> float | None:
+        if self.limit_core_hours is None or self.used_core_hours is None:
+            return None
+        return max(0.0, self.limit_core_hours - self.used_core_hours)
+
+
 class SiteSnapshot(Frozen):
     """One site at one moment: partitions, nodes, queue and health."""
 
@@ -185,6 +206,8 @@ class SiteSnapshot(Frozen):
     partitions: tuple[PartitionSnapshot, ...] = ()
     nodes: tuple[NodeRecord, ...] = ()
     jobs: tuple[JobRecord, ...] = ()
+    allocation: AllocationScope | None = None
+    """The allocation work placed here is charged to (credit scope), when probed."""
 
     def partition(self, name: str) -> PartitionSnapshot | None:
         return next((p for p in self.partitions if p.partition == name), None)
