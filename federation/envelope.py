@@ -14,6 +14,15 @@ Arch = Literal["x86_64", "aarch64"]
 MAX_WALLTIME_S = 30 * 24 * 3600  # nothing sensible asks for more than 30 days
 
 
+class StageIn(Frozen):
+    """Data a task reads that lives in one site's storage; placing the task on another
+    site means moving it first (``move_data``), and placement counts that time."""
+
+    site: str = Field(min_length=1)
+    path: str = Field(min_length=1, description="relative to the site's storage root")
+    size_bytes: int = Field(ge=0, le=10**18)
+
+
 class ResourceEnvelope(Frozen):
     """Bounds, not a guess: any shape inside them is acceptable for the task.
 
@@ -38,6 +47,8 @@ class ResourceEnvelope(Frozen):
     """Sites the task may run on; empty means any."""
     partitions: tuple[str, ...] = ()
     """Partitions the task may run on (``site:partition`` or ``partition``); empty means any."""
+    stage_in: tuple[StageIn, ...] = ()
+    """Input data and where it lives; placement adds its transfer time on other sites."""
     account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     rationale: dict[str, str] = Field(default_factory=dict)
     confidence: float = Field(default=1.0, ge=0, le=1)

@@ -67,3 +67,51 @@ class ProbeError(FederationError):
 
 class ParseError(ProbeError, ValueError):
     """Scheduler output that a parser could not read; names the line or field."""
+
+
+class TransferError(FederationError):
+    """A data transfer (``move_data``) could not be started or did not complete."""
+
+
+class TransferPathError(TransferError, ValueError):
+    """A transfer path outside a site's storage root (``..``, or absolute elsewhere)."""
+
+
+class DataNotFoundError(TransferError, FileNotFoundError):
+    """The source of a transfer does not exist; check the site and path."""
+
+
+class TransferAuthError(TransferError):
+    """Globus refused the transfer (401/403): log in again or grant the collection's consent."""
+
+
+class TransferUnavailableError(TransferError):
+    """The Transfer service or a collection is unreachable (offline, rate-limited, 5xx)."""
+
+
+class ConfigError(FederationError, ValueError):
+    """``federation.yaml`` is missing, unreadable or invalid; names the file and field."""
+
+
+class AuthError(FederationError):
+    """Globus Auth refused or has no usable tokens; the message says what to run."""
+
+
+class LoginRequiredError(AuthError):
+    """No tokens (never logged in), or the refresh token expired or was revoked."""
+
+
+class ConsentRequiredError(AuthError):
+    """A Globus service needs a consent (scope, session, MFA) the stored tokens lack."""
+
+
+class PermissionDeniedError(AuthError):
+    """Authenticated, but this identity may not use the endpoint or collection (403)."""
+
+
+class PayloadTooLargeError(SerializationError):
+    """A task's function plus arguments exceed the Globus Compute 10 MB payload limit."""
+
+
+class VersionMismatchError(FederationError):
+    """The coordinator's and the endpoint's Python versions differ (major.minor)."""

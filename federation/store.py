@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from federation.errors import FederationError
 from federation.events import Event
 
 _SCHEMA = """
@@ -50,9 +51,57 @@ CREATE TABLE IF NOT EXISTS events (
     at TEXT NOT NULL,
     detail TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS transfers (
+    id TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submitted_at TEXT NOT NULL,
+    completed_at TEXT,
+    globus_task_id TEXT,
+    submission_id TEXT,
+    bytes_transferred INTEGER NOT NULL DEFAULT 0,
+    files INTEGER NOT NULL DEFAULT 0,
+    files_skipped INTEGER NOT NULL DEFAULT 0,
+    checksum_verified INTEGER,
+    error TEXT,
+    history TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS groups (
+    id TEXT PRIMARY KEY,
+    objective TEXT NOT NULL,
+    distinct_sites INTEGER NOT NULL,
+    children TEXT NOT NULL,
+    replacements TEXT NOT NULL DEFAULT '[]',
+    state TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 """
 
+_TASK_COLUMNS_ADDED = {
+    "milestones": "TEXT",  # JSON: federation.milestones.Milestones
+    "value_ref": "TEXT",  # JSON: federation.results.ResultRef (a result spilled to storage)
+    "accounting": "TEXT",  # JSON: federation.provenance.Accounting
+    "attempts": "TEXT",  # JSON list: earlier attempts (site, failure, Slurm job id)
+}
+"""Columns added to ``tasks`` after its first release; older files get them on open."""
+
 TERMINAL = ("completed", "failed")
+
+
+class StoreError(FederationError):
+    """The state database refused a write (locked by another process, disk full, I/O)."""
+
+    def __init__(self, path: Path, cause: sqlite3.OperationalError) -> None:
+        self.path = path
+        text = str(cause)
+        if "locked" in text or "busy" in text:
+            hint = "another process holds a write lock on it; stop that process and retry"
+        elif "full" in text:
+            hint = f"its file system is full; free space under {path.parent} and retry"
+        else:
+            hint = f"check the file and its file system ({path})"
+        super().__init__(f"state database {path} refused a write ({text}): {hint}")
 
 
 class Store:
@@ -65,18 +114,29 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(tasks)")}
+        for col, sql_type in _TASK_COLUMNS_ADDED.items():
+            if col not in have:
+                self._db.execute(f"ALTER TABLE tasks ADD COLUMN {col} {sql_type}")
         self._lock = threading.RLock()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a locked or full database raises :class:`StoreError`."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    # SQLite may have rolled back already (SQLITE_FULL does): never mask
+                    # the real error with "cannot rollback - no transaction is active"
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as e:
+                raise StoreError(self.path, e) from e
 
     # --- meta ---------------------------------------------------------------------------
     def task_group_id(self) -> uuid.UUID:
@@ -145,6 +205,46 @@ class Store:
     def _select(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(f"SELECT * FROM tasks {where} ORDER BY submitted_at", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    # --- transfers (move_data) -------------------------------------------------------------
+    def insert_transfer(self, row: dict[str, Any]) -> None:
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._tx() as db:
+            db.execute(f"INSERT INTO transfers ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def update_transfer(self, transfer_id: str, **fields: Any) -> None:
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE transfers SET {sets} WHERE id=?", (*fields.values(), transfer_id))
+
+    def transfers(
+        self, *, open_only: bool = False, transfer_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Transfer rows by submission time (open ones only, or the one with ``transfer_id``)."""
+        where = "WHERE state IN ('queued', 'active')" if open_only else ""
+        args: tuple[str, ...] = ()
+        if transfer_id is not None:
+            where, args = "WHERE id=?", (transfer_id,)
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM transfers {where} ORDER BY submitted_at", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    # --- groups (submit_group) ---------------------------------------------------------------
+    def upsert_group(self, row: dict[str, Any]) -> None:
+        """Insert or replace a group row (children and replacements as JSON text)."""
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._tx() as db:
+            sql = f"INSERT OR REPLACE INTO groups ({cols}) VALUES ({marks})"
+            db.execute(sql, tuple(row.values()))
+
+    def groups(self) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM groups ORDER BY created_at")
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
