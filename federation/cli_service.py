@@ -40,11 +40,35 @@ def serve_command(
     site: SiteOpt = None,
     no_up: Annotated[bool, typer.Option("--no-up", help="do not bring the sites up")] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="serve the sites of this federation.yaml (local and Globus cloud sites) "
+            "instead of the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Serve the HTTP API (bearer tokens from `federation token issue`)."""
+    """Serve the HTTP API (bearer tokens from `federation token issue`).
+
+    Every submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
+    policies; see docs/SECURITY.md) and is written to the audit log.
+    """
+    from federation.errors import ConfigError
     from federation.service.server import serve
 
-    serve(host, port, home, site or None, bring_up=not no_up, log_level=log_level)
+    try:
+        serve(
+            host,
+            port,
+            home,
+            site or None,
+            bring_up=not no_up,
+            log_level=log_level,
+            config=config,
+        )
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--config") from e
 
 
 def mcp_command(

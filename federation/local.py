@@ -6,7 +6,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from federation.globus.offline import LocalComputeService
 from federation.localslurm import LocalFederation
 from federation.sites.compute import ComputeSite
 from federation.sites.spec import load_sites
+from federation.storage import site_storage
 from federation.store import Store
 from federation.telemetry import Telemetry
 
@@ -53,6 +54,46 @@ class LocalSites:
         stopped = [f"endpoint-{s.name}" for s in self.specs if self.daemons.stop(s.name)]
         return stopped + self.slurm.down()
 
+    def backends(
+        self,
+        task_group_id: uuid.UUID,
+        *,
+        accounts: Mapping[str, str | None] | None = None,
+        budgets_core_hours: Mapping[str, float | None] | None = None,
+    ) -> list[ComputeSite]:
+        """One backend per local site, reached through the real Globus Compute SDK.
+
+        Starts this object's offline web service (``self.service``); ``accounts`` and
+        ``budgets_core_hours`` per site feed the credit probe (``federation.yaml``).
+        """
+        service = self.service = LocalComputeService()
+        for spec in self.specs:
+            service.add_endpoint(
+                local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)
+            )
+        client = service.client()
+
+        def factory(eid: uuid.UUID, cl: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
+            return service.executor(eid, cl, user_endpoint_config=uec, task_group_id=tg)
+
+        def cancel(task_id: str) -> bool:
+            return service.cancel(task_id)[0]
+
+        return [
+            ComputeSite(
+                spec,
+                local_endpoint_id(spec.name),
+                client,
+                executor_factory=factory,
+                task_group_id=task_group_id,
+                canceller=cancel,
+                adopter=_adopter(service, local_endpoint_id(spec.name), task_group_id),
+                account=(accounts or {}).get(spec.name),
+                budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+            )
+            for spec in self.specs
+        ]
+
     def connect(
         self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
     ) -> Coordinator:
@@ -61,36 +102,15 @@ class LocalSites:
         ``durable``: keep tasks and events in ``home/coordinator.db`` and re-attach to the
         tasks an earlier (possibly killed) coordinator left in flight.
         """
-        service = self.service = LocalComputeService()
-        for spec in self.specs:
-            service.add_endpoint(
-                local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)
-            )
-        client = service.client()
         store = Store(self.home / "coordinator.db") if durable else None
         task_group = store.task_group_id() if store else uuid.uuid4()
-
-        def factory(eid: uuid.UUID, cl: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
-            return service.executor(eid, cl, user_endpoint_config=uec, task_group_id=tg)
-
-        def cancel(task_id: str) -> bool:
-            return service.cancel(task_id)[0]
-
-        backends = [
-            ComputeSite(
-                spec,
-                local_endpoint_id(spec.name),
-                client,
-                executor_factory=factory,
-                task_group_id=task_group,
-                canceller=cancel,
-                adopter=_adopter(service, local_endpoint_id(spec.name), task_group),
-            )
-            for spec in self.specs
-        ]
+        backends = self.backends(task_group)
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
+        home = self.home  # results too large to return inline go to the site's storage
+        coordinator_kwargs.setdefault("result_storage", lambda site: site_storage(site, home))
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
-        service.on_started(coord.notify_started)
+        assert self.service is not None
+        self.service.on_started(coord.notify_started)
         if store is not None:
             coord.recover()
         return coord

@@ -13,8 +13,17 @@ column to 20 characters. ``squeue --start`` ignores ``-O``, so it uses ``-o`` %-
 """
 
 
-def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
+def probe_slurm(
+    timeout_s: float = 20.0,
+    account: "str | None" = None,
+    budget_core_hours: "float | None" = None,
+) -> dict[str, object]:
     """Run Slurm's read-only commands on this host and return their raw, timed output.
+
+    ``account``: the Slurm account work is charged to; ``sshare`` (optional: its failure
+    is a warning, never a failed probe) is limited to it. ``account`` and the coordinator's
+    configured ``budget_core_hours`` are echoed in the result, so the snapshot builder
+    reads the allocation's request and answer from one dict.
 
     The commands run in parallel, sharing one ``timeout_s`` budget. A missing command, a
     non-zero exit or a timeout never raises: it is recorded in that command's entry
@@ -84,6 +93,12 @@ def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
     start_fmt = us.join(c for c, _ in start_codes) + rs
 
     sinfo_argv = ["sinfo", "--noheader", "--Node", "--Format"]
+    sshare_fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage"]
+    sshare_fields += ["EffectvUsage", "FairShare", "LevelFS", "GrpTRESMins"]
+    sshare_old = sshare_fields[:8]  # LevelFS and GrpTRESMins are newer than Slurm 15.08
+    sshare_argv = ["sshare", "--noheader", "--parsable2"]
+    if account:
+        sshare_argv += ["--accounts", str(account)]
     commands: dict[str, dict[str, object]] = {
         "version": {"argv": ["sinfo", "--version"]},
         "sinfo": {
@@ -100,6 +115,14 @@ def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
             "fields": [n for _, n in start_codes],
         },
         "scontrol_partition": {"argv": ["scontrol", "--oneliner", "show", "partition"]},
+        "sshare": {
+            "argv": [*sshare_argv, "--format", ",".join(sshare_fields)],
+            "fields": sshare_fields,
+            "fallback": {
+                "argv": [*sshare_argv, "--format", ",".join(sshare_old)],
+                "fields": sshare_old,
+            },
+        },
     }
 
     # Slurm reads these from the environment: formats, filters (users, partitions, states),
@@ -180,7 +203,7 @@ def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
         if (
             isinstance(fallback, dict)
             and entry["rc"] not in (0, None)
-            and "format" in str(entry["stderr"]).lower()
+            and any(w in str(entry["stderr"]).lower() for w in ("format", "invalid field"))
         ):
             retry = run(fallback["argv"])
             retry["first_attempt"] = entry
@@ -210,6 +233,8 @@ def probe_slurm(timeout_s: float = 20.0) -> dict[str, object]:
         "hostname": socket.gethostname(),
         "utc_offset_s": time.localtime(started).tm_gmtoff,
         "timeout_s": float(timeout_s),
+        "account": account,
+        "budget_core_hours": budget_core_hours,
     }
     for name, spec in commands.items():
         entry = results.get(name)

@@ -31,7 +31,9 @@ from federation.parsing.squeue import (
     reason_code,
 )
 from federation.parsing.squeue_start import START_FIELDS, StartEstimate, parse_squeue_start
+from federation.parsing.sshare import SSHARE_FIELDS, allocation_from_shares, parse_sshare_text
 from federation.snapshot import (
+    AllocationScope,
     JobRecord,
     NodeRecord,
     PartitionSnapshot,
@@ -41,7 +43,7 @@ from federation.snapshot import (
 
 PROBE_FORMAT = 1
 REQUIRED_COMMANDS = ("sinfo", "squeue", "scontrol_partition")
-OPTIONAL_COMMANDS = ("squeue_start", "version")
+OPTIONAL_COMMANDS = ("squeue_start", "version", "sshare")
 RUNNING_STATES = frozenset({"running", "configuring"})
 PENDING_STATES = frozenset({"pending", "requeued"})
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:-\w+)?)")
@@ -318,6 +320,7 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
             )
         )
 
+    allocation = build_allocation(probe, warnings)
     taken_at = _started_at(probe)
     current = now or datetime.now(UTC)
     if current.tzinfo is None:
@@ -339,7 +342,48 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
         partitions=tuple(snaps),
         nodes=tuple(nodes),
         jobs=tuple(jobs),
+        allocation=allocation,
     )
+
+
+def _number(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ProbeError(f"probe {what!r} is {value!r}, expected a number >= 0 or null")
+    return float(value)
+
+
+def build_allocation(probe: Mapping[str, Any], warnings: list[str]) -> AllocationScope | None:
+    """The credit scope from the probe's optional ``sshare``, plus the configured budget.
+
+    A failed or unreadable ``sshare`` adds a warning. The configured ``budget_core_hours``
+    (echoed by the probe) becomes ``limit_core_hours`` when the site reports no limit;
+    with no sshare at all, a configured budget still gives a scope (usage unknown).
+    """
+    raw_account = probe.get("account")
+    account = str(raw_account) if raw_account else None
+    budget = _number(probe.get("budget_core_hours"), "budget_core_hours")
+    scope: AllocationScope | None = None
+    if "sshare" in probe:
+        try:
+            records = parse_sshare_text(
+                command_output(probe, "sshare"), _fields(probe, "sshare", SSHARE_FIELDS)
+            )
+            scope = allocation_from_shares(records, account)
+            if scope is None:
+                who = f"account {account}" if account else "any account of this user"
+                warnings.append(f"sshare: no association for {who}; no usage known")
+        except ProbeError as e:  # ParseError included: optional, so a warning
+            warnings.append(f"no allocation usage: {e}")
+    if scope is None:
+        if account is None or budget is None:
+            return None
+        return AllocationScope(account=account, limit_core_hours=budget, source="configured budget")
+    if scope.limit_core_hours is None and budget is not None:
+        source = f"{scope.source}; limit: configured budget"
+        scope = scope.model_copy(update={"limit_core_hours": budget, "source": source})
+    return scope
 
 
 def unreachable_snapshot(site: str, error: str, now: datetime | None = None) -> SiteSnapshot:

@@ -1,4 +1,10 @@
-"""``sshare --json`` -> fair-share records (association tree with usage and factors)."""
+"""``sshare`` -> fair-share records (association tree with usage, factors and limits).
+
+Two inputs: ``sshare --json`` (data_parser v0.0.40+, Slurm 23.11 and later) and the
+parsable text every Slurm prints (``sshare --noheader --parsable2 --format=...``, as the
+probe runs it). Both give the same :class:`ShareRecord` rows; :func:`allocation_from_shares`
+turns them into the :class:`~federation.snapshot.AllocationScope` of one account.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from federation.errors import ParseError
-from federation.parsing.common import json_int, json_number, json_str, load_json
+from federation.parsing.common import clean, json_int, json_number, json_str, load_json, snippet
+from federation.snapshot import AllocationScope
+
+SSHARE_FIELDS: tuple[str, ...] = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "GrpTRESMins",
+)
+"""The ``--format`` fields the probe asks ``sshare`` for, in order."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +48,8 @@ class ShareRecord:
     effective_usage: float | None = None
     fairshare_factor: float | None = None
     fairshare_level: float | None = None
+    grp_cpu_minutes: int | None = None
+    """The association's ``GrpTRESMins`` cpu limit (its allocation), when one is set."""
 
 
 def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareRecord]:
@@ -47,6 +70,8 @@ def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareReco
         kind = (kinds[0] if isinstance(kinds, list) and kinds else str(kinds or "")).lower()
         fs = s.get("fairshare") if isinstance(s.get("fairshare"), Mapping) else {}
         assert isinstance(fs, Mapping)
+        tres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
+        assert isinstance(tres, Mapping)
         out.append(
             ShareRecord(
                 name=name,
@@ -61,6 +86,126 @@ def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareReco
                 effective_usage=json_number(s.get("effective_usage")),
                 fairshare_factor=json_number(fs.get("factor")),
                 fairshare_level=json_number(fs.get("level")),
+                grp_cpu_minutes=_json_tres_cpu(tres.get("group_minutes")),
             )
         )
     return out
+
+
+def _json_tres_cpu(entries: Any) -> int | None:
+    if not isinstance(entries, list):
+        return None
+    for e in entries:
+        if isinstance(e, Mapping) and e.get("name") == "cpu":
+            return json_int(e.get("value"))
+    return None
+
+
+def _float(value: str, what: str) -> float | None:
+    v = clean(value)
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise ParseError(f"{what}: expected a number, got {snippet(value)}") from None
+
+
+def _tres_cpu(value: str) -> int | None:
+    """``cpu=6000,mem=...`` -> 6000; None when there is no cpu limit."""
+    for part in (value or "").split(","):
+        key, _, num = part.partition("=")
+        if key.strip() == "cpu" and num.strip().isdigit():
+            return int(num)
+    return None
+
+
+def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> list[ShareRecord]:
+    """``sshare --noheader --parsable2 --format=<fields>`` -> records in Slurm's order.
+
+    An account row has an empty ``User``; a user row's ``Account`` is its parent. The
+    leading spaces Slurm indents the tree with are dropped.
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"sshare: expected text output, got {type(text).__name__}")
+    index = {f.lower(): i for i, f in enumerate(fields)}
+    for need in ("account", "user"):
+        if need not in index:
+            raise ParseError(f"sshare: the format has no {need.title()} field ({fields})")
+    out: list[ShareRecord] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) != len(fields):
+            raise ParseError(
+                f"sshare line {lineno}: {len(cols)} fields, expected {len(fields)} "
+                f"({'|'.join(fields)}): {snippet(line)}"
+            )
+
+        def col(name: str, cols: list[str] = cols) -> str:
+            i = index.get(name.lower())
+            return cols[i] if i is not None else ""
+
+        where = f"sshare line {lineno}"
+        account = clean(col("Account"))
+        if account is None:
+            raise ParseError(f"{where}: no account: {snippet(line)}")
+        user = clean(col("User"))
+        raw = _float(col("RawShares"), f"{where} RawShares")
+        usage = _float(col("RawUsage"), f"{where} RawUsage")
+        out.append(
+            ShareRecord(
+                name=user or account,
+                kind="user" if user else "association",
+                parent=account if user else None,
+                shares=None if raw is None else int(raw),
+                shares_normalized=_float(col("NormShares"), f"{where} NormShares"),
+                usage=None if usage is None else int(usage),
+                usage_normalized=_float(col("NormUsage"), f"{where} NormUsage"),
+                effective_usage=_float(col("EffectvUsage"), f"{where} EffectvUsage"),
+                fairshare_factor=_float(col("FairShare"), f"{where} FairShare"),
+                fairshare_level=_float(col("LevelFS"), f"{where} LevelFS"),
+                grp_cpu_minutes=_tres_cpu(col("GrpTRESMins")),
+            )
+        )
+    return out
+
+
+def allocation_from_shares(
+    records: list[ShareRecord], account: str | None = None
+) -> AllocationScope | None:
+    """The allocation of ``account`` (default: the first account a user row belongs to).
+
+    ``used_core_hours`` is the account's raw usage (Slurm's decayed CPU-seconds) / 3600,
+    or the sum of its user rows when sshare showed no account row; ``limit_core_hours``
+    its ``GrpTRESMins`` cpu limit / 60; ``fairshare`` the user's fair-share factor in it.
+    None when the account does not appear at all.
+    """
+    if account is None:
+        account = next((r.parent for r in records if r.kind == "user" and r.parent), None)
+        if account is None:
+            return None
+    key = account.lower()  # Slurm stores account names in lowercase
+    assoc = next((r for r in records if r.kind != "user" and r.name.lower() == key), None)
+    users = [r for r in records if r.kind == "user" and (r.parent or "").lower() == key]
+    if assoc is None and not users:
+        return None
+    if assoc is not None and assoc.usage is not None:
+        usage: float | None = float(assoc.usage)
+        source = "sshare"
+    else:
+        known = [u.usage for u in users if u.usage is not None]
+        usage = float(sum(known)) if known else None
+        source = "sshare (user rows)"
+    limit = assoc.grp_cpu_minutes if assoc is not None else None
+    factor = next((u.fairshare_factor for u in users if u.fairshare_factor is not None), None)
+    if factor is None and assoc is not None:
+        factor = assoc.fairshare_factor
+    return AllocationScope(
+        account=account,
+        used_core_hours=None if usage is None else round(usage / 3600.0, 3),
+        limit_core_hours=None if limit is None else round(limit / 60.0, 3),
+        fairshare=factor,
+        source=source,
+    )

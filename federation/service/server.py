@@ -58,16 +58,39 @@ def serve(
     bring_up: bool = True,
     log_level: str = "info",
     refresh_s: float = 15.0,
+    config: Path | str | None = None,
 ) -> None:
-    """Connect a coordinator to the local sites and serve it until interrupted."""
-    from federation.local import LocalSites
+    """Connect a coordinator and serve it until interrupted.
+
+    Without ``config``: the local sites (the embedded federation). With ``config``: the
+    sites of a ``federation.yaml`` (local and Globus Compute cloud sites), durable. Either
+    way every submission passes the caller policy gate (``home/policy.yaml``, token
+    policies) and is written to the audit log.
+    """
+    from federation.security.policy import PolicyGate
     from federation.service.app import create_app
 
-    local = LocalSites(home=home, sites=sites)
-    if bring_up:
-        local.up()
-    coord = local.connect()
-    tokens = TokenStore(default_token_db(local.home))
+    closers: list[Any] = []
+    if config is not None:
+        from federation.config import Deployment, load_config
+
+        deployment = Deployment(load_config(config))
+        if bring_up:
+            deployment.up()
+        home = deployment.home
+        coord = deployment.connect(durable=True, gate=PolicyGate.from_home(home))
+        closers.append(deployment.close)
+    else:
+        from federation.local import LocalSites
+
+        local = LocalSites(home=home, sites=sites)
+        if bring_up:
+            local.up()
+        home = local.home
+        coord = local.connect(gate=PolicyGate.from_home(home))
+        if local.service is not None:
+            closers.append(local.service.close)
+    tokens = TokenStore(default_token_db(home))
     if not tokens.list_tokens():
         logger.warning("no tokens yet: issue one with `federation token issue NAME`")
     app = create_app(coord, tokens, refresh_s=refresh_s)
@@ -81,8 +104,8 @@ def serve(
         )
     finally:
         coord.close()
-        if local.service is not None:
-            local.service.close()
+        for close in closers:
+            close()
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:

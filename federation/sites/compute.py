@@ -60,8 +60,13 @@ class ComputeSite:
         canceller: Canceller | None = None,
         probe_fn: Callable[[], dict[str, Any]] | None = None,
         adopter: Callable[[str], None] | None = None,
+        account: str | None = None,
+        budget_core_hours: float | None = None,
     ) -> None:
         self.spec = spec
+        self.account = account or spec.default_account
+        """The Slurm account work here is charged to (the probe's ``sshare`` reads it)."""
+        self.budget_core_hours = budget_core_hours
         self.endpoint_id = endpoint_id
         self.client = client
         self.task_group_id = task_group_id or uuid.uuid4()
@@ -95,8 +100,14 @@ class ComputeSite:
     def probe(self) -> Future[dict[str, Any]]:
         from functions.probes import probe_slurm
 
-        fn = self._probe_fn or probe_slurm
-        fut: Future[dict[str, Any]] = self.executor({"profile": "probe"}).submit(fn)
+        ex = self.executor({"profile": "probe"})
+        fut: Future[dict[str, Any]]
+        if self._probe_fn is not None:
+            fut = ex.submit(self._probe_fn)
+        else:  # the account for sshare; the budget is echoed back for the snapshot
+            fut = ex.submit(
+                probe_slurm, account=self.account, budget_core_hours=self.budget_core_hours
+            )
         return fut
 
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
