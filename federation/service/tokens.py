@@ -3,6 +3,10 @@
 A token reads ``fedtok_<id>_<secret>``. The id is public (it names the token in ``token
 list`` and ``token revoke``); only the SHA-256 of the whole token is stored, so the database
 never holds a usable credential. The token is shown once, when issued.
+
+Tokens are scoped per caller: each token names its caller, and a caller may have a
+:class:`~federation.security.policy.CallerPolicy` kept here (``callers`` table), which the
+policy gate applies to every request made with any of that caller's tokens.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import re
 import secrets
 import sqlite3
@@ -23,6 +28,7 @@ from pathlib import Path
 from pydantic import Field
 
 from federation._model import Frozen
+from federation.security.policy import CallerPolicy
 
 PREFIX = "fedtok_"
 TOKEN_RE = re.compile(r"fedtok_[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")
@@ -37,7 +43,12 @@ CREATE TABLE IF NOT EXISTS tokens (
     created_at TEXT NOT NULL,
     revoked_at TEXT,
     last_used_at TEXT
-)
+);
+CREATE TABLE IF NOT EXISTS callers (
+    name TEXT PRIMARY KEY,
+    policy TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
 """
 
 
@@ -70,6 +81,13 @@ def default_token_db(home: Path | None = None) -> Path:
     return (home or federation_home()) / "service" / "tokens.db"
 
 
+def _check_name(name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", name):
+        raise ValueError(
+            f"token name {name!r}: use 1-64 letters, digits or . _ - @ (who it is for)"
+        )
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -87,7 +105,7 @@ class TokenStore:
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
         with self._db() as db:
-            db.execute(_SCHEMA)
+            db.executescript(_SCHEMA)
         self.path.chmod(0o600)
 
     @contextmanager
@@ -99,12 +117,14 @@ class TokenStore:
         finally:
             db.close()
 
-    def issue(self, name: str) -> IssuedToken:
-        """A new token for caller ``name`` (1-64 chars: letters, digits, ``._-@``)."""
-        if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", name):
-            raise ValueError(
-                f"token name {name!r}: use 1-64 letters, digits or . _ - @ (who it is for)"
-            )
+    def issue(self, name: str, policy: CallerPolicy | None = None) -> IssuedToken:
+        """A new token for caller ``name`` (1-64 chars: letters, digits, ``._-@``).
+
+        ``policy``: set (replace) the caller's policy too; it covers all its tokens.
+        """
+        _check_name(name)
+        if policy is not None:
+            self.set_policy(name, policy)
         tid = secrets.token_hex(6)
         token = f"{PREFIX}{tid}_{secrets.token_urlsafe(32)}"
         created = _now()
@@ -116,6 +136,31 @@ class TokenStore:
         return IssuedToken(
             id=tid, name=name, token=token, created_at=datetime.fromisoformat(created)
         )
+
+    def set_policy(self, name: str, policy: CallerPolicy | None) -> None:
+        """Set (``None``: remove) the policy of caller ``name``."""
+        _check_name(name)
+        with self._db() as db:
+            if policy is None:
+                db.execute("DELETE FROM callers WHERE name = ?", (name,))
+            else:
+                db.execute(
+                    "INSERT INTO callers (name, policy, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET policy = excluded.policy, "
+                    "updated_at = excluded.updated_at",
+                    (name, policy.model_dump_json(), _now()),
+                )
+
+    def policy_for(self, caller: str) -> CallerPolicy | None:
+        """The policy kept for ``caller``, if any (the gate's token-side policy source)."""
+        with self._db() as db:
+            row = db.execute("SELECT policy FROM callers WHERE name = ?", (caller,)).fetchone()
+        return CallerPolicy.model_validate_json(row[0]) if row else None
+
+    def caller_policies(self) -> dict[str, CallerPolicy]:
+        with self._db() as db:
+            rows = db.execute("SELECT name, policy FROM callers ORDER BY name").fetchall()
+        return {r[0]: CallerPolicy.model_validate_json(r[1]) for r in rows}
 
     def revoke(self, token_id: str) -> bool:
         """Revoke by id; False if no active token has that id."""
@@ -174,17 +219,41 @@ class TokenStore:
             pass
 
 
+SECRET_ENV_VARS = ("GLOBUS_COMPUTE_CLIENT_SECRET", "FUNCX_SDK_CLIENT_SECRET", "FEDERATION_TOKEN")
+"""Environment variables whose values are credentials: redacted wherever they appear."""
+_CLIENT_SECRET_RE = re.compile(r"(?i)(client_secret[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;]+")
+
+
 class RedactTokens(logging.Filter):
-    """Replace anything that looks like a token in a log record with ``fedtok_<redacted>``."""
+    """Replace anything that looks like a credential in a log record with ``<redacted>``.
+
+    Covers service tokens (``fedtok_...``), ``Bearer`` values, ``client_secret=...`` and
+    the values of :data:`SECRET_ENV_VARS` (Globus client secrets) as set when the filter
+    was made.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._secrets = [v for k in SECRET_ENV_VARS if len(v := os.environ.get(k, "")) >= 8]
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             msg = record.getMessage()
         except Exception:
             return True
+        changed = False
         if PREFIX in msg or "Bearer " in msg or "authorization" in msg.lower():
             msg = TOKEN_RE.sub(f"{PREFIX}<redacted>", msg)
             msg = re.sub(r"(?i)(bearer\s+)\S+", r"\1<redacted>", msg)
+            changed = True
+        if "secret" in msg.lower():
+            msg = _CLIENT_SECRET_RE.sub(r"\1<redacted>", msg)
+            changed = True
+        for secret in self._secrets:
+            if secret in msg:
+                msg = msg.replace(secret, "<redacted>")
+                changed = True
+        if changed:
             record.msg, record.args = msg, None
         return True
 

@@ -1,0 +1,596 @@
+"""Per-caller policy and the gate the coordinator asks before it ships anything.
+
+A :class:`CallerPolicy` bounds what one caller may do: which sites and partitions, how many
+GPUs and node-hours per task, how many node-hours per day (a rolling 24 hours, counted from
+the audit log), which shell commands and catalog functions. :class:`PolicySet` maps caller
+names to policies (from ``$FEDERATION_HOME/policy.yaml``, JSON works too); a token's caller
+may also carry its policy in the token store (``federation token issue NAME --policy F``).
+
+The :class:`PolicyGate` runs twice per submission:
+
+1. :meth:`PolicyGate.narrow` before placement: the envelope is narrowed to the allowed sites
+   and partitions (and GPU cap), so placement only considers what the caller may use.
+2. :meth:`PolicyGate.enforce` after placement, on the granted shape: the outcome is
+   ``allowed`` (ship it), ``denied`` (:class:`PolicyViolationError` naming the rule and its
+   limit; nothing is submitted) or ``unresolved``: the task is held, a ``policy.unresolved``
+   event is emitted, and an operator approves or rejects it. A task is unresolved when a
+   limit marked ``on_exceed: hold`` is exceeded, when the caller's policy says
+   ``require_approval``, or when its estimated core-hours exceed what remains of the site's
+   allocation (the budget rule, for every caller).
+
+Every outcome is written to the audit log.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from federation._model import Frozen
+from federation.envelope import ResourceEnvelope, Shape
+from federation.errors import FederationError
+from federation.security.audit import (
+    MAX_WHAT_CHARS,
+    AuditDecision,
+    AuditLog,
+    AuditRecord,
+    default_audit_db,
+)
+from federation.snapshot import FederationSnapshot
+from federation.tasks import ShellTask, TaskSpec
+
+logger = logging.getLogger(__name__)
+
+LOCAL_CALLER = "local"
+"""The in-process caller (Python API, CLI): no limits unless ``callers.local`` is set."""
+
+POLICY_FILE = "policy.yaml"
+SHELL_SYNTAX = re.compile(r"[;&|<>`\n\r]|\$\(")
+"""Characters that chain or redirect commands; refused when an allowlist is in force."""
+
+Verdict = Literal["allowed", "denied", "unresolved"]
+
+
+class PolicyFileError(FederationError, ValueError):
+    """A policy file that cannot be read or does not validate; names the file and field."""
+
+
+class CallerPolicy(Frozen):
+    """What one caller may do. ``None`` means no limit; an empty list allows nothing."""
+
+    allowed_sites: tuple[str, ...] | None = None
+    allowed_partitions: tuple[str, ...] | None = None
+    """``site:partition`` or a bare partition name (any site)."""
+    max_gpus_per_task: int | None = Field(default=None, ge=0)
+    """GPUs of one task, all nodes together."""
+    max_node_hours_per_task: float | None = Field(default=None, ge=0)
+    """Nodes x walltime of the granted shape."""
+    max_node_hours_per_day: float | None = Field(default=None, ge=0)
+    """Shipped node-hours in the last 24 hours, this task included."""
+    allowed_commands: tuple[str, ...] | None = None
+    """Shell-style patterns (``fnmatch``) a whole command must match; with an allowlist,
+    commands with ``; & | < > ` $(`` or newlines are refused."""
+    allowed_functions: tuple[str, ...] | None = None
+    """Catalog function names (a Python task's function ``__name__``)."""
+    on_exceed: Literal["deny", "hold"] = "deny"
+    """A GPU or node-hour limit exceeded: refuse at once, or hold for an operator."""
+    require_approval: bool = False
+    """Hold every task of this caller for an operator."""
+    operator: bool = False
+    """May list, approve and reject held tasks (HTTP service)."""
+
+    @field_validator("allowed_sites", "allowed_partitions", "allowed_functions")
+    @classmethod
+    def _names(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None:
+            for name in v:
+                if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", name):
+                    raise ValueError(f"{name!r} is not a site, partition or function name")
+        return v
+
+
+class PolicySet(Frozen):
+    """Policies by caller name; ``default`` covers callers not listed (``None``: refuse)."""
+
+    callers: dict[str, CallerPolicy] = Field(default_factory=dict)
+    default: CallerPolicy | None = Field(default_factory=CallerPolicy)
+
+
+class PolicySource(Protocol):
+    """Somewhere else a caller's policy may be kept (the token store)."""
+
+    def policy_for(self, caller: str) -> CallerPolicy | None: ...
+
+
+def load_policies(path: Path | str) -> PolicySet:
+    """A :class:`PolicySet` from a YAML or JSON file; :class:`PolicyFileError` if invalid."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise PolicyFileError(f"{p}: cannot read the policy file: {e}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise PolicyFileError(f"{p}: expected a mapping with `callers:` and `default:`")
+    try:
+        return PolicySet.model_validate(dict(data))
+    except ValidationError as e:
+        errs = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+            for err in e.errors(include_url=False)
+        )
+        raise PolicyFileError(f"{p}: invalid policy: {errs}") from e
+
+
+class Finding(Frozen):
+    """One rule that objected: its name, its limit, the value asked, and the verdict."""
+
+    rule: str
+    limit: str
+    value: str
+    message: str
+    hold: bool = False
+    """True: the task may still run if an operator approves; False: refused."""
+
+
+class PolicyOutcome(Frozen):
+    """The gate's answer for one task on one granted shape."""
+
+    verdict: Verdict
+    caller: str
+    findings: tuple[Finding, ...] = ()
+    node_hours: float = 0.0
+    core_hours: float = 0.0
+    gpus: int = 0
+
+    @property
+    def held(self) -> bool:
+        return self.verdict == "unresolved"
+
+    def summary(self) -> str:
+        if not self.findings:
+            return "allowed"
+        return "; ".join(f.message for f in self.findings)
+
+
+class PolicyViolationError(FederationError, PermissionError):
+    """A caller asked for something its policy does not allow; nothing was submitted."""
+
+    def __init__(self, caller: str, findings: tuple[Finding, ...]) -> None:
+        self.caller = caller
+        self.findings = findings
+        rules = ", ".join(f.rule for f in findings)
+        detail = "; ".join(f.message for f in findings)
+        super().__init__(
+            f"policy refuses this task for caller {caller!r} ({rules}): {detail}. "
+            "Nothing was submitted: shrink the request to fit, or ask an operator to "
+            "change the caller's policy."
+        )
+
+
+def shape_node_hours(shape: Shape) -> float:
+    return shape.nodes * shape.walltime_s / 3600.0
+
+
+def shape_core_hours(shape: Shape) -> float:
+    return shape.nodes * shape.cpus * shape.walltime_s / 3600.0
+
+
+def task_kind(task: TaskSpec) -> Literal["shell", "python"]:
+    return "shell" if isinstance(task, ShellTask) else "python"
+
+
+def task_what(task: TaskSpec) -> str:
+    """The command (truncated) or the function's qualified name, for the audit log."""
+    if isinstance(task, ShellTask):
+        cmd = task.command
+        return cmd if len(cmd) <= MAX_WHAT_CHARS else cmd[:MAX_WHAT_CHARS] + "...(truncated)"
+    fn = task.fn
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"[:200]
+
+
+def _partition_allowed(site: str, partition: str, allowed: tuple[str, ...]) -> bool:
+    return partition in allowed or f"{site}:{partition}" in allowed
+
+
+def _narrow_partitions(requested: tuple[str, ...], allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of ``requested`` (``site:part`` or ``part``) that ``allowed`` permits."""
+    if not requested:
+        return allowed
+    out: list[str] = []
+    for r in requested:
+        r_site, _, r_part = r.rpartition(":")
+        for a in allowed:
+            a_site, _, a_part = a.rpartition(":")
+            if r_part != a_part or (r_site and a_site and r_site != a_site):
+                continue
+            narrow = r if r_site or not a_site else a
+            if narrow not in out:
+                out.append(narrow)
+    return tuple(out)
+
+
+class PolicyGate:
+    """Decides, before anything is shipped, whether a caller's task may run (and audits it).
+
+    Args:
+        policies: policies by caller (default: no limits for anyone).
+        audit: where decisions are recorded (default: in memory).
+        tokens: a second source of per-caller policies (the token store).
+        budget: apply the allocation budget rule (held when a task's core-hours exceed
+            what remains of the site's allocation).
+    """
+
+    def __init__(
+        self,
+        policies: PolicySet | None = None,
+        audit: AuditLog | None = None,
+        *,
+        tokens: PolicySource | None = None,
+        budget: bool = True,
+    ) -> None:
+        self.policies = policies or PolicySet()
+        self.audit = audit or AuditLog()
+        self.tokens = tokens
+        self.budget = budget
+
+    @classmethod
+    def from_home(cls, home: Path | None = None) -> PolicyGate:
+        """Policies from ``home/policy.yaml`` (if present) and the token store; audit in
+        ``home/audit.db``."""
+        from federation.local import federation_home
+        from federation.service.tokens import TokenStore, default_token_db
+
+        h = home or federation_home()
+        path = h / POLICY_FILE
+        policies = load_policies(path) if path.exists() else PolicySet()
+        return cls(policies, AuditLog(default_audit_db(h)), tokens=TokenStore(default_token_db(h)))
+
+    # --- lookup ------------------------------------------------------------------------------
+    def policy_for(self, caller: str) -> CallerPolicy | None:
+        """The caller's policy: its own entry, then its token's, then the default."""
+        own = self.policies.callers.get(caller)
+        if own is not None:
+            return own
+        if self.tokens is not None:
+            from_token = self.tokens.policy_for(caller)
+            if from_token is not None:
+                return from_token
+        if caller == LOCAL_CALLER:
+            return CallerPolicy()
+        return self.policies.default
+
+    def is_operator(self, caller: str) -> bool:
+        pol = self.policy_for(caller)
+        return caller == LOCAL_CALLER or (pol is not None and pol.operator)
+
+    def _require(self, caller: str, task: TaskSpec | None) -> CallerPolicy:
+        pol = self.policy_for(caller)
+        if pol is None:
+            f = Finding(
+                rule="unknown_caller",
+                limit="callers listed in the policy file",
+                value=caller,
+                message=f"no policy for caller {caller!r} and no default policy",
+            )
+            self._deny(caller, task, None, (f,))
+        assert pol is not None
+        return pol
+
+    # --- before placement --------------------------------------------------------------------
+    def narrow(
+        self, caller: str, envelope: ResourceEnvelope, task: TaskSpec | None = None
+    ) -> ResourceEnvelope:
+        """``envelope`` narrowed to what ``caller`` may use; raises if nothing is left.
+
+        Raises :class:`PolicyViolationError` (audited) when the envelope asks only for
+        sites or partitions the caller may not use, or more GPUs than a hard limit allows.
+        """
+        pol = self._require(caller, task)
+        update: dict[str, Any] = {}
+        findings: list[Finding] = []
+        if pol.allowed_sites is not None:
+            sites = (
+                tuple(s for s in envelope.sites if s in pol.allowed_sites)
+                if envelope.sites
+                else pol.allowed_sites
+            )
+            if not sites:
+                findings.append(
+                    Finding(
+                        rule="allowed_sites",
+                        limit=", ".join(pol.allowed_sites) or "(none)",
+                        value=", ".join(envelope.sites),
+                        message=f"sites {list(envelope.sites)} are not among the allowed "
+                        f"sites {list(pol.allowed_sites)}",
+                    )
+                )
+            update["sites"] = sites
+        if pol.allowed_partitions is not None:
+            parts = _narrow_partitions(envelope.partitions, pol.allowed_partitions)
+            if not parts:
+                findings.append(
+                    Finding(
+                        rule="allowed_partitions",
+                        limit=", ".join(pol.allowed_partitions) or "(none)",
+                        value=", ".join(envelope.partitions),
+                        message=f"partitions {list(envelope.partitions)} are not among the "
+                        f"allowed partitions {list(pol.allowed_partitions)}",
+                    )
+                )
+            update["partitions"] = parts
+        if pol.max_gpus_per_task is not None and pol.on_exceed == "deny":
+            cap = pol.max_gpus_per_task // envelope.nodes
+            if envelope.gpus_min * envelope.nodes > pol.max_gpus_per_task:
+                findings.append(self._gpu_finding(pol, envelope.gpus_min * envelope.nodes))
+            elif envelope.gpus_max is None or envelope.gpus_max > cap:
+                update["gpus_max"] = cap
+        if findings:
+            self._deny(caller, task, None, tuple(findings))
+        return envelope.model_copy(update=update) if update else envelope
+
+    @staticmethod
+    def _gpu_finding(pol: CallerPolicy, gpus: int) -> Finding:
+        return Finding(
+            rule="max_gpus_per_task",
+            limit=f"{pol.max_gpus_per_task} GPUs",
+            value=f"{gpus} GPUs",
+            message=f"{gpus} GPUs asked, the limit is {pol.max_gpus_per_task} per task",
+            hold=pol.on_exceed == "hold",
+        )
+
+    # --- after placement ---------------------------------------------------------------------
+    def evaluate(
+        self,
+        caller: str,
+        task: TaskSpec,
+        shape: Shape,
+        snapshot: FederationSnapshot | None = None,
+        now: datetime | None = None,
+    ) -> PolicyOutcome:
+        """The verdict for ``task`` on the granted ``shape`` (pure apart from reading the
+        audit log for the daily total; nothing is recorded)."""
+        pol = self.policy_for(caller)
+        node_h = shape_node_hours(shape)
+        core_h = shape_core_hours(shape)
+        gpus = shape.gpus * shape.nodes
+        findings: list[Finding] = []
+        if pol is None:
+            findings.append(
+                Finding(
+                    rule="unknown_caller",
+                    limit="callers listed in the policy file",
+                    value=caller,
+                    message=f"no policy for caller {caller!r} and no default policy",
+                )
+            )
+        else:
+            findings.extend(self._task_findings(pol, task))
+            findings.extend(self._shape_findings(pol, shape))
+            findings.extend(self._limit_findings(pol, caller, node_h, gpus, now))
+            if pol.require_approval:
+                findings.append(
+                    Finding(
+                        rule="require_approval",
+                        limit="every task approved by an operator",
+                        value="-",
+                        message=f"caller {caller!r} needs an operator's approval for every task",
+                        hold=True,
+                    )
+                )
+        if self.budget and snapshot is not None:
+            findings.extend(self._budget_findings(shape, core_h, snapshot))
+        if any(not f.hold for f in findings):
+            verdict: Verdict = "denied"
+        elif findings:
+            verdict = "unresolved"
+        else:
+            verdict = "allowed"
+        return PolicyOutcome(
+            verdict=verdict,
+            caller=caller,
+            findings=tuple(findings),
+            node_hours=round(node_h, 6),
+            core_hours=round(core_h, 6),
+            gpus=gpus,
+        )
+
+    def enforce(
+        self,
+        caller: str,
+        task: TaskSpec,
+        shape: Shape,
+        snapshot: FederationSnapshot | None,
+        *,
+        task_id: str,
+        label: str = "",
+    ) -> PolicyOutcome:
+        """Evaluate and audit; raises :class:`PolicyViolationError` when denied."""
+        outcome = self.evaluate(caller, task, shape, snapshot)
+        self.record(outcome.verdict, caller, task, shape, outcome, task_id=task_id, label=label)
+        if outcome.verdict == "denied":
+            raise PolicyViolationError(caller, tuple(f for f in outcome.findings if not f.hold))
+        return outcome
+
+    def _task_findings(self, pol: CallerPolicy, task: TaskSpec) -> list[Finding]:
+        out: list[Finding] = []
+        if isinstance(task, ShellTask):
+            if pol.allowed_commands is None:
+                return out
+            cmd = task.command.strip()
+            shown = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+            if SHELL_SYNTAX.search(cmd):
+                out.append(
+                    Finding(
+                        rule="allowed_commands",
+                        limit="one command matching " + ", ".join(pol.allowed_commands),
+                        value=shown,
+                        message=f"command {shown!r} chains or redirects commands "
+                        "(; & | < > ` $( or a newline), which this caller may not do",
+                    )
+                )
+            elif not any(fnmatch.fnmatchcase(cmd, p) for p in pol.allowed_commands):
+                out.append(
+                    Finding(
+                        rule="allowed_commands",
+                        limit=", ".join(pol.allowed_commands) or "(none)",
+                        value=shown,
+                        message=f"command {shown!r} matches none of the allowed commands "
+                        f"{list(pol.allowed_commands)}",
+                    )
+                )
+            return out
+        if pol.allowed_functions is not None:
+            name = getattr(task.fn, "__name__", "")
+            if name not in pol.allowed_functions:
+                out.append(
+                    Finding(
+                        rule="allowed_functions",
+                        limit=", ".join(pol.allowed_functions) or "(none)",
+                        value=name,
+                        message=f"function {name!r} is not among the allowed functions "
+                        f"{list(pol.allowed_functions)}",
+                    )
+                )
+        return out
+
+    def _shape_findings(self, pol: CallerPolicy, shape: Shape) -> list[Finding]:
+        out: list[Finding] = []
+        if pol.allowed_sites is not None and shape.site not in pol.allowed_sites:
+            out.append(
+                Finding(
+                    rule="allowed_sites",
+                    limit=", ".join(pol.allowed_sites) or "(none)",
+                    value=shape.site,
+                    message=f"site {shape.site!r} is not among the allowed sites "
+                    f"{list(pol.allowed_sites)}",
+                )
+            )
+        if pol.allowed_partitions is not None and not _partition_allowed(
+            shape.site, shape.partition, pol.allowed_partitions
+        ):
+            out.append(
+                Finding(
+                    rule="allowed_partitions",
+                    limit=", ".join(pol.allowed_partitions) or "(none)",
+                    value=f"{shape.site}:{shape.partition}",
+                    message=f"partition {shape.site}:{shape.partition} is not among the "
+                    f"allowed partitions {list(pol.allowed_partitions)}",
+                )
+            )
+        return out
+
+    def _limit_findings(
+        self, pol: CallerPolicy, caller: str, node_h: float, gpus: int, now: datetime | None
+    ) -> list[Finding]:
+        out: list[Finding] = []
+        hold = pol.on_exceed == "hold"
+        if pol.max_gpus_per_task is not None and gpus > pol.max_gpus_per_task:
+            out.append(self._gpu_finding(pol, gpus))
+        if pol.max_node_hours_per_task is not None and node_h > pol.max_node_hours_per_task:
+            out.append(
+                Finding(
+                    rule="max_node_hours_per_task",
+                    limit=f"{pol.max_node_hours_per_task:g} node-hours",
+                    value=f"{node_h:.2f} node-hours",
+                    message=f"{node_h:.2f} node-hours (nodes x walltime) asked, the limit is "
+                    f"{pol.max_node_hours_per_task:g} per task",
+                    hold=hold,
+                )
+            )
+        if pol.max_node_hours_per_day is not None:
+            used = self.audit.node_hours_last_day(caller, now)
+            if used + node_h > pol.max_node_hours_per_day:
+                out.append(
+                    Finding(
+                        rule="max_node_hours_per_day",
+                        limit=f"{pol.max_node_hours_per_day:g} node-hours per 24 h",
+                        value=f"{used:.2f} used + {node_h:.2f} asked",
+                        message=f"{used:.2f} node-hours used in the last 24 h plus "
+                        f"{node_h:.2f} for this task exceeds the daily limit of "
+                        f"{pol.max_node_hours_per_day:g}",
+                        hold=hold,
+                    )
+                )
+        return out
+
+    @staticmethod
+    def _budget_findings(
+        shape: Shape, core_h: float, snapshot: FederationSnapshot
+    ) -> list[Finding]:
+        site = snapshot.site(shape.site)
+        alloc = site.allocation if site is not None else None
+        if alloc is None:
+            return []
+        remaining = alloc.remaining_core_hours
+        if remaining is None or core_h <= remaining:
+            return []
+        return [
+            Finding(
+                rule="allocation_budget",
+                limit=f"{remaining:.2f} core-hours left of {alloc.limit_core_hours:g} "
+                f"(account {alloc.account})",
+                value=f"{core_h:.2f} core-hours",
+                message=f"{core_h:.2f} core-hours (CPUs x nodes x walltime) would exceed the "
+                f"{remaining:.2f} core-hours left in allocation {alloc.account} on "
+                f"{shape.site}",
+                hold=True,
+            )
+        ]
+
+    # --- the record --------------------------------------------------------------------------
+    def record(
+        self,
+        decision: AuditDecision,
+        caller: str,
+        task: TaskSpec | None,
+        shape: Shape | None,
+        outcome: PolicyOutcome | None = None,
+        *,
+        task_id: str | None = None,
+        label: str = "",
+        message: str | None = None,
+        actor: str | None = None,
+    ) -> AuditRecord:
+        findings = outcome.findings if outcome is not None else ()
+        rec = AuditRecord(
+            at=datetime.now(UTC),
+            caller=caller,
+            task_id=task_id,
+            label=label or (task.label if task is not None else ""),
+            task_kind=task_kind(task) if task is not None else "shell",
+            what=task_what(task) if task is not None else "",
+            site=shape.site if shape else None,
+            partition=shape.partition if shape else None,
+            shape=shape.describe() if shape else None,
+            nodes=shape.nodes if shape else None,
+            cpus=shape.cpus if shape else None,
+            gpus=shape.gpus * shape.nodes if shape else None,
+            walltime_s=shape.walltime_s if shape else None,
+            node_hours=round(shape_node_hours(shape), 6) if shape else None,
+            core_hours=round(shape_core_hours(shape), 6) if shape else None,
+            decision=decision,
+            rules=tuple(f.rule for f in findings),
+            message=message if message is not None else "; ".join(f.message for f in findings),
+            actor=actor,
+        )
+        return self.audit.append(rec)
+
+    def _deny(
+        self, caller: str, task: TaskSpec | None, shape: Shape | None, findings: tuple[Finding, ...]
+    ) -> None:
+        outcome = PolicyOutcome(verdict="denied", caller=caller, findings=findings)
+        self.record("denied", caller, task, shape, outcome)
+        logger.info("policy denied a task of %s: %s", caller, outcome.summary())
+        raise PolicyViolationError(caller, findings)
