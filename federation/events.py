@@ -21,9 +21,21 @@ EventKind = Literal[
     "task.completed",
     "task.failed",
     "task.retried",
+    "task.milestone",
+    "task.stalled",
     "group.submitted",
     "group.child_replaced",
+    "group.child_stalled",
+    "group.exception",
     "group.round_terminal",
+    "hook.failed",
+    "transfer.submitted",
+    "transfer.progress",
+    "transfer.completed",
+    "transfer.failed",
+    "policy.unresolved",
+    "policy.approved",
+    "policy.rejected",
 ]
 
 
@@ -49,6 +61,24 @@ class EventLog(Protocol):
     def events(self) -> list[Event]: ...
 
 
+class _Subscriber:
+    """One callback; its lock orders a replay before the live events that follow it."""
+
+    def __init__(self, callback: EventCallback, task_id: str | None) -> None:
+        self.callback = callback
+        self.task_id = task_id
+        self.lock = threading.RLock()
+
+    def wants(self, ev: Event) -> bool:
+        return self.task_id is None or self.task_id == ev.task_id
+
+    def call(self, ev: Event) -> None:
+        try:
+            self.callback(ev)
+        except Exception:
+            logger.exception("event callback %r failed on %s", self.callback, ev.kind)
+
+
 class EventBus:
     """Ordered log of events; subscribers are called on the thread that emits."""
 
@@ -58,12 +88,24 @@ class EventBus:
         self._persist = log
         self._log: list[Event] = log.events() if log is not None else []
         self._seq = itertools.count(self._log[-1].seq + 1 if self._log else 1)
-        self._subs: list[tuple[EventCallback, str | None]] = []
+        self._subs: list[_Subscriber] = []
 
-    def subscribe(self, callback: EventCallback, task_id: str | None = None) -> None:
-        """Call ``callback`` for every later event (of ``task_id`` only, when given)."""
-        with self._lock:
-            self._subs.append((callback, task_id))
+    def subscribe(
+        self, callback: EventCallback, task_id: str | None = None, *, replay: bool = False
+    ) -> None:
+        """Call ``callback`` for every later event (of ``task_id`` only, when given).
+
+        ``replay``: first call it for the matching events already in the log. Taking the
+        past and registering for the future happen atomically, so no event is missed or
+        delivered twice, and events from other threads wait until the replay is done.
+        """
+        sub = _Subscriber(callback, task_id)
+        with sub.lock:
+            with self._lock:
+                self._subs.append(sub)
+                past = [e for e in self._log if sub.wants(e)] if replay else []
+            for ev in past:
+                sub.call(ev)
 
     def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
         with self._lock:
@@ -78,13 +120,11 @@ class EventBus:
             if self._persist is not None:  # written before anyone is told
                 self._persist.append_event(ev)
             self._log.append(ev)
-            subs = [cb for cb, tid in self._subs if tid is None or tid == task_id]
+            subs = [sub for sub in self._subs if sub.wants(ev)]
             self._changed.notify_all()
-        for cb in subs:
-            try:
-                cb(ev)
-            except Exception:
-                logger.exception("event callback %r failed on %s", cb, ev.kind)
+        for sub in subs:
+            with sub.lock:
+                sub.call(ev)
         return ev
 
     def history(self, task_id: str | None = None) -> list[Event]:

@@ -6,21 +6,32 @@ is feasible. When a child is still queued after all its siblings have finished, 
 constraint is released and the child re-placed: its queued job is cancelled and it is
 resubmitted wherever it would now start first; the move is recorded as an event (the
 paper's example: child c3 queued on Anvil, re-placed on Vista once its siblings were done).
+
+Groups are durable when the coordinator has a store: the group, its children and each
+child's placements are written before ``submit_group`` returns and after every move. A
+restarted coordinator re-attaches every group whose round had not ended (:meth:`recover`):
+its children come back through task recovery, and ``group.round_terminal`` follows, once,
+when the last of them ends. Re-placement needs the child's task in memory, so a group
+re-attached after a restart keeps its children where they are.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from federation.envelope import ResourceEnvelope
 from federation.errors import NoFeasibleSiteError
 from federation.events import Event, EventCallback
 from federation.handles import TaskHandle
+from federation.hooks import Hook
 from federation.tasks import TaskSpec
 
 if TYPE_CHECKING:
@@ -38,7 +49,8 @@ class GroupChild:
     """One child: what it is, its envelope, and the handles of each placement it had."""
 
     name: str
-    task: TaskSpec
+    task: TaskSpec | None
+    """None for a child re-attached after a restart (it cannot be re-placed)."""
     envelope: ResourceEnvelope
     attempts: list[TaskHandle] = field(default_factory=list)
 
@@ -56,8 +68,12 @@ class GroupHandle:
     distinct_sites: bool
     children: list[GroupChild]
     replacements: list[dict[str, str]] = field(default_factory=list)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    hooks: tuple[Hook, ...] = ()
+    """Hooks for the group's events; each child is submitted with them too."""
     _done: threading.Event = field(default_factory=threading.Event)
     _replacing: set[str] = field(default_factory=set)
+    _stalled: set[str] = field(default_factory=set)
 
     @property
     def done(self) -> bool:
@@ -67,7 +83,11 @@ class GroupHandle:
         return self._done.wait(timeout_s)
 
     def state(self) -> dict[str, str]:
-        return {c.name: c.handle.state for c in self.children}
+        return {c.name: c.handle.state if c.attempts else "lost" for c in self.children}
+
+    def task_ids(self) -> list[str]:
+        """Every task of the group, earlier placements included."""
+        return [h.id for c in self.children for h in c.attempts]
 
 
 class GroupManager:
@@ -85,17 +105,25 @@ class GroupManager:
         objective: str = "",
         distinct_sites: bool = True,
         on_event: EventCallback | None = None,
+        hooks: Iterable[Hook] = (),
     ) -> GroupHandle:
         if not children:
             raise ValueError("a group needs at least one child")
+        names = [n for n, _, _ in children]
+        if len(set(names)) != len(names):
+            raise ValueError(f"child names must be unique in a group: {names}")
         g = GroupHandle(
             id=str(uuid.uuid4()),
             objective=objective,
             distinct_sites=distinct_sites,
             children=[GroupChild(n, t, e) for n, t, e in children],
         )
+        g.hooks = tuple(hooks)
+        for hk in g.hooks:
+            self.coord.hooks.add(hk, {g.id})
         with self._lock:
             self.groups[g.id] = g
+        self._persist(g, "submitting")
         if on_event is not None:
             self.coord.events.subscribe(on_event, task_id=g.id)
         used: set[str] = set()
@@ -106,13 +134,15 @@ class GroupManager:
                 allowed = [s for s in (env.sites or self.coord.backends) if s not in used]
                 if allowed:
                     env = env.model_copy(update={"sites": tuple(allowed)})
+            assert child.task is not None
             try:
-                h = self.coord.submit_task(child.task, env, snapshot=snap)
+                h = self.coord.submit_task(child.task, env, snapshot=snap, hooks=g.hooks)
             except NoFeasibleSiteError:
                 if env is child.envelope:
                     raise
-                h = self.coord.submit_task(child.task, child.envelope, snapshot=snap)
+                h = self.coord.submit_task(child.task, child.envelope, snapshot=snap, hooks=g.hooks)
             child.attempts.append(h)
+            self._persist(g, "running")
             used.add(h.site)
             h.add_callback(functools.partial(self._on_child_event, g))
         self.coord.events.emit(
@@ -125,32 +155,79 @@ class GroupManager:
         return g
 
     def _on_child_event(self, g: GroupHandle, ev: Event) -> None:
+        if ev.kind == "task.stalled":
+            child = next((c for c in g.children if c.attempts and c.handle.id == ev.task_id), None)
+            if child is not None:
+                self.coord.events.emit(
+                    "group.child_stalled",
+                    g.id,
+                    ev.site,
+                    child=child.name,
+                    child_task=ev.task_id,
+                    reason=ev.detail.get("reason", "stalled"),
+                )
+            return
         if ev.kind not in ("task.completed", "task.failed"):
             return
         with self._lock:
-            current = {c.handle.id for c in g.children}
+            current = {c.handle.id for c in g.children if c.attempts}
             if ev.task_id not in current or ev.task_id in g._replacing:
                 return  # an attempt being (or already) replaced
-            terminal = [c for c in g.children if c.handle.done]
-            queued = [c for c in g.children if c.handle.state == "queued"]
-        if len(terminal) == len(g.children):
-            if not g.done:
+            terminal = [c for c in g.children if not c.attempts or c.handle.done]
+            queued = [c for c in g.children if c.attempts and c.handle.state == "queued"]
+            finished = len(terminal) == len(g.children) and not g.done
+            if finished:
                 g._done.set()
-                self.coord.events.emit(
-                    "group.round_terminal",
-                    g.id,
-                    None,
-                    state=g.state(),
-                    replacements=len(g.replacements),
-                )
+        if finished:
+            self._persist(g, "terminal")
+            self.coord.events.emit(
+                "group.round_terminal",
+                g.id,
+                None,
+                state=g.state(),
+                replacements=len(g.replacements),
+            )
+            return
+        if len(terminal) == len(g.children):
             return
         # every sibling but the still-queued ones has finished: release the soft constraint
-        if g.distinct_sites and queued and len(terminal) + len(queued) == len(g.children):
+        if queued and len(terminal) + len(queued) == len(g.children):
             for child in queued:
-                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+                self._stalled_child(g, child)
+                if g.distinct_sites and child.task is not None:
+                    threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+
+    def _stalled_child(self, g: GroupHandle, child: GroupChild) -> None:
+        """Report, once per placement, a child still queued after its siblings finished."""
+        with self._lock:
+            if child.handle.id in g._stalled:
+                return
+            g._stalled.add(child.handle.id)
+        self.coord.events.emit(
+            "group.child_stalled",
+            g.id,
+            child.handle.site,
+            child=child.name,
+            child_task=child.handle.id,
+            reason="still queued after its siblings finished",
+        )
 
     def _replace(self, g: GroupHandle, child: GroupChild) -> None:
+        try:
+            self._move(g, child)
+        except Exception as e:  # never lose a group to a failure while moving a child
+            logger.exception("re-placing %s of group %s failed", child.name, g.id)
+            self.coord.events.emit(
+                "group.exception",
+                g.id,
+                None,
+                child=child.name,
+                error=f"re-placement failed: {type(e).__name__}: {e}",
+            )
+
+    def _move(self, g: GroupHandle, child: GroupChild) -> None:
         old = child.handle
+        assert child.task is not None
         snap = self.coord.inspect_federation()
         try:
             decision = self.coord.plan(child.envelope, snap)
@@ -167,10 +244,11 @@ class GroupManager:
             with self._lock:
                 g._replacing.discard(old.id)
             return  # it started meanwhile
-        new = self.coord.submit_task(child.task, child.envelope, snapshot=snap)
+        new = self.coord.submit_task(child.task, child.envelope, snapshot=snap, hooks=g.hooks)
         with self._lock:
             child.attempts.append(new)
             g.replacements.append({"child": child.name, "from": old.site, "to": new.site})
+        self._persist(g, "running")
         self.coord.events.emit(
             "group.child_replaced",
             g.id,
@@ -182,3 +260,104 @@ class GroupManager:
             new_task=new.id,
         )
         new.add_callback(functools.partial(self._on_child_event, g))
+
+    # --- durability -------------------------------------------------------------------------
+    def _persist(self, g: GroupHandle, state: str) -> None:
+        store = self.coord.store
+        if store is None:
+            return
+        with self._lock:
+            children = [
+                {
+                    "name": c.name,
+                    "envelope": c.envelope.model_dump(mode="json"),
+                    "task_ids": [h.id for h in c.attempts],
+                }
+                for c in g.children
+            ]
+            replacements = list(g.replacements)
+        store.upsert_group(
+            {
+                "id": g.id,
+                "objective": g.objective,
+                "distinct_sites": int(g.distinct_sites),
+                "children": json.dumps(children),
+                "replacements": json.dumps(replacements),
+                "state": state,
+                "created_at": g.created_at.isoformat(),
+            }
+        )
+
+    def recover(self) -> list[GroupHandle]:
+        """Re-attach the groups of an earlier coordinator (call after task recovery).
+
+        Returns the groups whose round had not ended; each gets ``group.round_terminal``
+        once its last child ends (at once if they all ended while nobody watched). A child
+        whose task never reached the store is reported as ``group.exception``.
+        """
+        store = self.coord.store
+        if store is None:
+            return []
+        history = self.coord.events.history()
+        announced = {e.task_id for e in history if e.kind == "group.round_terminal"}
+        handles = {h.id: h for h in self.coord.handles()}
+        reopened: list[GroupHandle] = []
+        for row in store.groups():
+            if row["id"] in self.groups:
+                continue
+            g = self._from_row(row, handles)
+            with self._lock:
+                self.groups[g.id] = g
+            if g.id in announced:
+                g._done.set()
+                continue
+            for child in g.children:
+                if not child.attempts:
+                    self.coord.events.emit(
+                        "group.exception",
+                        g.id,
+                        None,
+                        child=child.name,
+                        error="the coordinator stopped before this child was submitted; "
+                        "submit it again",
+                    )
+            reopened.append(g)
+            live = [c for c in g.children if c.attempts]
+            if not live:
+                self._on_terminal_check(g)
+            for child in live:
+                child.handle.add_callback(functools.partial(self._on_child_event, g))
+        return reopened
+
+    def _on_terminal_check(self, g: GroupHandle) -> None:
+        with self._lock:
+            if g.done:
+                return
+            g._done.set()
+        self._persist(g, "terminal")
+        self.coord.events.emit(
+            "group.round_terminal", g.id, None, state=g.state(), replacements=len(g.replacements)
+        )
+
+    @staticmethod
+    def _from_row(row: dict[str, Any], handles: dict[str, TaskHandle]) -> GroupHandle:
+        children = []
+        for c in json.loads(row["children"]):
+            attempts = [handles[t] for t in c["task_ids"] if t in handles]
+            env = ResourceEnvelope.model_validate(c["envelope"])
+            children.append(GroupChild(c["name"], None, env, attempts))
+        return GroupHandle(
+            id=row["id"],
+            objective=row["objective"],
+            distinct_sites=bool(row["distinct_sites"]),
+            children=children,
+            replacements=list(json.loads(row["replacements"])),
+            created_at=datetime.fromisoformat(row["created_at"]),
+        )
+
+    def get(self, group_id: str) -> GroupHandle:
+        """A group by id (also one re-attached after a restart)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            raise KeyError(f"unknown group {group_id!r}; use the id submit_group returned")
+        return g

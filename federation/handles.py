@@ -13,7 +13,10 @@ from pydantic import ConfigDict, Field
 from federation._model import Frozen
 from federation.envelope import ResourceEnvelope, Shape
 from federation.events import Event, EventBus, EventCallback
+from federation.milestones import Milestones
 from federation.placement import PlacementDecision
+from federation.provenance import Accounting
+from federation.results import ResultRef
 
 TaskState = Literal["queued", "running", "completed", "failed"]
 
@@ -27,6 +30,9 @@ class TaskResult(Frozen):
     label: str
     status: Literal["completed", "failed"]
     value: Any = None
+    value_ref: ResultRef | None = None
+    """Set when the value was too large to return inline: where it was written on the
+    site's storage (``value`` holds it loaded back, after checking size and digest)."""
     error: str | None = None
     remote_traceback: str = ""
     stdout: str | None = None
@@ -40,10 +46,16 @@ class TaskResult(Frozen):
     code_hash: str
     compute_task_id: str | None = None
     slurm_job_id: str | None = None
+    slurm_job_ids: tuple[str, ...] = ()
+    """Every Slurm job this task ran in, earlier attempts first."""
     submitted_at: datetime
     started_at: datetime | None = None
     completed_at: datetime
     queue_wait_s: float | None = Field(default=None, ge=0)
+    accounting: Accounting | None = None
+    """The scheduler's own record of those jobs (``sacct``: submit, start and end times,
+    node list), where the site has accounting."""
+    milestones: tuple[str, ...] = ()
     events: tuple[Event, ...] = ()
     attempts: tuple[dict[str, Any], ...] = ()
     """Earlier attempts (site, failure class, error) before the one reported here."""
@@ -67,6 +79,10 @@ class TaskHandle:
     completed_at: datetime | None = None
     slurm_job_id: str | None = None
     value: Any = None
+    value_ref: ResultRef | None = None
+    accounting: Accounting | None = None
+    wants: Milestones | None = None
+    """The milestones requested on submit (and their margins)."""
     error: str | None = None
     remote_traceback: str = ""
     _done: threading.Event = field(default_factory=threading.Event)
@@ -119,17 +135,23 @@ class TaskHandle:
 
     def add_callback(self, callback: EventCallback) -> None:
         """Call ``callback(event)`` for this task's events, past ones first (no race)."""
-        for ev in self.bus.history(self.id):
-            callback(ev)
-        self.bus.subscribe(callback, task_id=self.id)
+        self.bus.subscribe(callback, task_id=self.id, replay=True)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
 
-    def manifest(self) -> TaskResult:
+    @property
+    def slurm_job_ids(self) -> tuple[str, ...]:
+        ids = [a.get("slurm_job_id") for a in self.attempts] + [self.slurm_job_id]
+        return tuple(dict.fromkeys(str(j) for j in ids if j))
+
+    def manifest(self, *, load: bool = True) -> TaskResult:
+        """The result manifest; ``load`` reads a value spilled to site storage back in."""
         if not self.done or self.completed_at is None:
             raise RuntimeError(f"task {self.id} is still {self.state}")
         value = self.value
+        if self.value_ref is not None and load and self.value is None:
+            value = self.value = self.value_ref.load()
         stdout = stderr = None
         rc = None
         if self.is_shell and value is not None:
@@ -156,6 +178,10 @@ class TaskHandle:
             code_hash=self.code_hash,
             compute_task_id=self.compute_task_id,
             slurm_job_id=self.slurm_job_id,
+            slurm_job_ids=self.slurm_job_ids,
+            accounting=self.accounting,
+            milestones=self.wants.names if self.wants else (),
+            value_ref=self.value_ref,
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             completed_at=self.completed_at,

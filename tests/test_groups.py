@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope
 from federation.events import Event
+from federation.hooks import CommandHook
 from federation.local import LocalSites
 from federation.tasks import PythonTask
 from functions.workloads import report_allocation
@@ -18,8 +22,17 @@ TAG = "fed-test-group-fill"
 
 
 def test_queued_child_is_replaced_once_its_siblings_finish(
-    coord: Coordinator, local: LocalSites
+    coord: Coordinator, local: LocalSites, tmp_path: Path
 ) -> None:
+    seen = tmp_path / "hook.jsonl"
+    record = (
+        "import json, sys; e = json.load(sys.stdin); "
+        f"open({str(seen)!r}, 'a').write(json.dumps([e['kind'], e['task_id']]) + '\\n')"
+    )
+    hook = CommandHook(
+        argv=(sys.executable, "-c", record),
+        kinds=frozenset({"task.completed", "group.child_replaced", "group.round_terminal"}),
+    )
     # Delta's CPU nodes are full, with more waiting: whoever lands there queues.
     try:
         for _ in range(4):
@@ -48,6 +61,7 @@ def test_queued_child_is_replaced_once_its_siblings_finish(
             objective="three-system comparison",
             distinct_sites=True,
             on_event=events.append,
+            hooks=[hook],
         )
         first = {c.name: c.handle.site for c in g.children}
         assert sorted(first.values()) == ["delta", "local", "vista"]  # distinct systems
@@ -62,9 +76,18 @@ def test_queued_child_is_replaced_once_its_siblings_finish(
         assert g.replacements == [{"child": on_delta.name, "from": "delta", "to": new.site}]
         kinds = [e.kind for e in events]
         assert kinds[0] == "group.submitted" and "group.child_replaced" in kinds
+        assert kinds.index("group.child_stalled") < kinds.index("group.child_replaced")
+        stalled = events[kinds.index("group.child_stalled")]
+        assert stalled.detail["child"] == on_delta.name and stalled.site == "delta"
         assert kinds[-1] == "group.round_terminal"
         r = coord.get_result(new)
         assert r.value["cluster"] == new.site
+        # the group's hook saw the move, the round's end and every child's completion
+        assert coord.hooks.drain(60)
+        got = [tuple(json.loads(x)) for x in seen.read_text().splitlines()]
+        assert ("group.child_replaced", g.id) in got and ("group.round_terminal", g.id) in got
+        done = {tid for kind, tid in got if kind == "task.completed"}
+        assert done == {c.handle.id for c in g.children}
         # its queued batch job on Delta was cancelled, not left behind
         q = local.slurm.run("delta", ["squeue", "-h", "-o", "%j %T"])
         assert all(line.startswith(TAG) for line in q.stdout.splitlines() if line.strip())

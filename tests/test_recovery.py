@@ -82,3 +82,73 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
         coord.close()
         if local.service is not None:
             local.service.close()
+
+
+def test_sigkill_during_a_group_then_restart_reattaches_the_group(
+    local_federation: Any, tmp_path: Path
+) -> None:
+    home = local_federation.home
+    LocalSites(home=home).up()
+    db = home / "coordinator.db"
+    db.unlink(missing_ok=True)
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "crash_child.py"),
+            str(home),
+            "0.1,6,8",
+            "group",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("SUBMITTED "), line
+        ids = line.split()[1:]
+        gline = child.stdout.readline()
+        assert gline.startswith("GROUP "), gline
+        gid = gline.split()[1]
+        time.sleep(4.0)  # the first child finishes, the others are running
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    # killed mid-round: the store holds the group, not yet terminal, and all three children
+    store = Store(db)
+    (row,) = [r for r in store.groups() if r["id"] == gid]
+    assert row["state"] == "running"
+    assert {r["id"] for r in store.tasks()} >= set(ids)
+    store.close()
+    local = LocalSites(home=home)
+    coord = local.connect(durable=True, telemetry=False)
+    try:
+        g = coord.groups.get(gid)
+        assert [c.name for c in g.children] == ["c1", "c2", "c3"]
+        assert [c.handle.id for c in g.children] == ids
+        assert g.wait(180), g.state()
+        assert g.state() == {"c1": "completed", "c2": "completed", "c3": "completed"}
+        for tid in ids:
+            r = coord.get_result(tid, timeout_s=60)
+            assert r.status == "completed", (tid, r.error)
+        hist = coord.events.history()
+        assert [e.seq for e in hist] == list(range(1, len(hist) + 1))  # none lost, none twice
+        per_task = Counter((e.task_id, e.kind) for e in hist)
+        for tid in ids:
+            assert per_task[(tid, "task.queued")] == 1
+            assert per_task[(tid, "task.completed")] == 1
+            assert per_task[(tid, "task.failed")] == 0
+        assert per_task[(gid, "group.submitted")] == 1
+        assert per_task[(gid, "group.round_terminal")] == 1
+        last_child = max(e.seq for e in hist if e.task_id in ids and e.kind == "task.completed")
+        terminal = next(e for e in hist if e.kind == "group.round_terminal")
+        assert terminal.seq > last_child and terminal.detail["state"] == g.state()
+        assert Store(db).groups()[-1]["state"] == "terminal"
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()

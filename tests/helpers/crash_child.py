@@ -1,4 +1,11 @@
-"""A coordinator process that submits tasks, reports their ids, and waits to be killed."""
+"""A coordinator process that submits tasks, reports their ids, and waits to be killed.
+
+    crash_child.py HOME WORK_S[,WORK_S...] [group]
+
+Prints ``SUBMITTED <task id>...`` (one task per work duration, on the ``local`` site) and,
+with ``group``, submits them as the children ``c1, c2, ...`` of one group and prints
+``GROUP <group id>`` on the next line.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +22,21 @@ from functions.workloads import report_allocation
 def main() -> None:
     home = Path(sys.argv[1])
     work = [float(x) for x in sys.argv[2].split(",")]
+    as_group = len(sys.argv) > 3 and sys.argv[3] == "group"
     local = LocalSites(home=home)
     coord = local.connect(durable=True, telemetry=False)
     env = ResourceEnvelope(sites=("local",), cpus_min=1, mem_gb_min=1, walltime_s=600)
-    ids = [coord.submit_task(PythonTask(report_allocation, (w,)), env).id for w in work]
-    print("SUBMITTED " + " ".join(ids), flush=True)
+    if as_group:
+        g = coord.submit_group(
+            [(f"c{i}", PythonTask(report_allocation, (w,)), env) for i, w in enumerate(work, 1)],
+            objective="crash test",
+            distinct_sites=False,
+        )
+        print("SUBMITTED " + " ".join(c.handle.id for c in g.children), flush=True)
+        print(f"GROUP {g.id}", flush=True)
+    else:
+        ids = [coord.submit_task(PythonTask(report_allocation, (w,)), env).id for w in work]
+        print("SUBMITTED " + " ".join(ids), flush=True)
     time.sleep(3600)
 
 
