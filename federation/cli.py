@@ -8,10 +8,13 @@ from typing import Annotated
 
 import click
 import typer
+from rich.table import Table
 
+from federation.cli_policy import register as register_policy
 from federation.cli_service import register as register_service
 from federation.cli_sites import sites_app
 from federation.cli_tasks import register as register_tasks
+from federation.snapshot import FederationSnapshot
 
 app = typer.Typer(
     help="Agentic control of federated HPC resources (Globus Compute + Slurm).",
@@ -20,7 +23,8 @@ app = typer.Typer(
 )
 app.add_typer(sites_app, name="sites")
 register_service(app)  # serve, mcp, token
-register_tasks(app)  # draft, submit, result, watch
+register_tasks(app)  # draft, submit, group, move, result, watch
+register_policy(app)  # policy show|check|set|list|approve|reject|audit
 
 
 @app.command()
@@ -59,7 +63,58 @@ def inspect(
     if as_json:
         sys.stdout.write(json.dumps(snap.model_dump(mode="json"), indent=2) + "\n")
     else:
-        wide_console().print(snapshot_table(snap))
+        console = wide_console()
+        console.print(snapshot_table(snap))
+        console.print(credit_table(snap))
+
+
+def credit_table(snap: FederationSnapshot) -> Table:
+    """One row per site: the allocation work is charged to (sshare + configured budget)."""
+
+    def hours(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.1f}"
+
+    t = Table(title="Credit scope (core-hours)", header_style="bold")
+    for col in ("site", "account", "used", "limit", "remaining", "fairshare", "source"):
+        t.add_column(col, justify="right" if col in ("used", "limit", "remaining") else "left")
+    for s in snap.sites:
+        a = s.allocation
+        if a is None:
+            t.add_row(s.site, "-", "-", "-", "-", "-", "not reported")
+            continue
+        fs = "-" if a.fairshare is None else f"{a.fairshare:.3f}"
+        t.add_row(
+            s.site,
+            a.account,
+            hours(a.used_core_hours),
+            hours(a.limit_core_hours),
+            hours(a.remaining_core_hours),
+            fs,
+            a.source,
+        )
+    return t
+
+
+@app.command()
+def login(
+    config: Annotated[
+        str | None, typer.Option(help="federation.yaml (default: the usual places)")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="log in again even if tokens are stored")] = False,
+    scope: Annotated[
+        list[str] | None, typer.Option(help="an extra scope a Globus error asked for")
+    ] = None,
+) -> None:
+    """Log in to Globus (user: native-app flow here; client_credentials: fetch tokens)."""
+    from federation.config import load_config
+    from federation.globus.auth import login as globus_login
+
+    settings = load_config(config).auth
+    servers = globus_login(settings, force=force, extra_scopes=scope or None)
+    typer.echo(
+        f"logged in ({settings.mode}); tokens for {', '.join(servers)} in "
+        f"{settings.storage_description}"
+    )
 
 
 def main() -> None:

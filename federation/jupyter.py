@@ -15,6 +15,7 @@ for any executor.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -23,14 +24,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from federation.coordinator import Coordinator
 from federation.drafting import EnvelopeDraft, TaskHints
 from federation.envelope import ResourceEnvelope, Shape
-from federation.errors import TaskFailedError
+from federation.errors import SerializationError, TaskFailedError
 from federation.events import Event, EventCallback
 from federation.handles import TaskHandle, TaskResult
 from federation.placement import PlacementDecision
+from federation.remote_executor import NotCataloguedError, RemoteTaskFuture, catalog_name
+from federation.service.client import EventStream, ServiceClient
+from federation.service.models import TaskStatus
 from federation.snapshot import FederationSnapshot
 from federation.tasks import PythonTask
 
@@ -41,7 +46,9 @@ HintsLike = TaskHints | Mapping[str, Any]
 
 __all__ = [
     "FederatedExecutor",
+    "NotCataloguedError",
     "Placement",
+    "RemoteTaskFuture",
     "TaskFuture",
     "describe_function",
     "envelope_frame",
@@ -224,6 +231,14 @@ class FederatedExecutor(concurrent.futures.Executor):
             probing every site on each ``submit`` (``map`` over many items stays fast);
             ``0`` probes every time.
 
+        service: URL of a running coordinator service (``federation serve``) to use instead
+            of an in-process coordinator; ``token`` is its bearer token (default
+            ``$FEDERATION_TOKEN``). Against a service, ``submit`` takes catalog functions
+            only (by name, or a function that is a catalog entry; see
+            :func:`federation.remote_executor.catalog_name`), and futures are
+            :class:`~federation.remote_executor.RemoteTaskFuture`, settled from the
+            service's event stream.
+
     Keyword arguments named ``envelope`` and ``hints`` are taken by :meth:`submit`; pass
     them to your function through ``functools.partial`` if it has parameters of that name.
     """
@@ -236,36 +251,66 @@ class FederatedExecutor(concurrent.futures.Executor):
         hints: HintsLike | None = None,
         sites: Sequence[str] | None = None,
         snapshot_max_age_s: float = 5.0,
+        service: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.snapshot_max_age_s = snapshot_max_age_s
         self.created_at = datetime.now(UTC)
         self._sites = tuple(sites or ())
         self._local: LocalSites | None = None
-        if coordinator is None:
+        self._client: ServiceClient | None = None
+        self._stream: EventStream | None = None
+        if service is not None:
+            if coordinator is not None:
+                raise ValueError("give a coordinator or a service, not both")
+            token = token or os.environ.get("FEDERATION_TOKEN")
+            if not token:
+                raise ValueError(
+                    "a service needs a bearer token: pass token=... or set $FEDERATION_TOKEN "
+                    "(`federation token issue NAME` prints one)"
+                )
+            self._client = ServiceClient(service, token)
+        elif coordinator is None:
             from federation.local import LocalSites
 
             self._local = LocalSites(sites=list(self._sites) or None)
             self._local.up()
             coordinator = self._local.connect()
-        self.coordinator = coordinator
+        self._coordinator = coordinator
         self.envelope = envelope
         self.hints = _hints(hints)
-        self._futures: list[TaskFuture] = []
+        self._futures: list[TaskFuture | RemoteTaskFuture] = []
         self._drafts: dict[tuple[str, str], EnvelopeDraft] = {}
+        self._catalog: list[Any] | None = None
         self._lock = threading.Lock()
         self._shutdown = False
         self._closed = False
 
+    @property
+    def coordinator(self) -> Coordinator:
+        """The in-process coordinator (not available against a service)."""
+        if self._coordinator is None:
+            raise RuntimeError(
+                "this executor talks to a coordinator service; there is no in-process "
+                "coordinator (use the executor's methods, or the service's API)"
+            )
+        return self._coordinator
+
+    @property
+    def remote(self) -> bool:
+        """True when tasks go to a coordinator service."""
+        return self._client is not None
+
     # --- submitting -----------------------------------------------------------------------
     def submit(  # type: ignore[override]
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | str,
         /,
         *args: Any,
         envelope: ResourceEnvelope | None = None,
         hints: HintsLike | None = None,
         **kwargs: Any,
-    ) -> TaskFuture:
+    ) -> TaskFuture | RemoteTaskFuture:
         """Place and ship ``fn(*args, **kwargs)``; returns a :class:`TaskFuture` at once.
 
         The envelope is, in order: ``envelope``; drafted from ``hints``; the executor's
@@ -276,6 +321,12 @@ class FederatedExecutor(concurrent.futures.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+        if self._client is not None:
+            return self._submit_remote(self._client, fn, args, kwargs, envelope, hints)
+        if isinstance(fn, str):
+            raise TypeError(
+                f"submit({fn!r}): names are for a coordinator service; pass the function"
+            )
         env = self.envelope_for(fn, envelope=envelope, hints=hints)
         fut = TaskFuture(self.coordinator)
         snap = self.coordinator.snapshot(max_age_s=self.snapshot_max_age_s)
@@ -287,9 +338,38 @@ class FederatedExecutor(concurrent.futures.Executor):
             self._futures.append(fut)
         return fut
 
+    def _submit_remote(
+        self,
+        client: ServiceClient,
+        fn: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        envelope: ResourceEnvelope | None,
+        hints: HintsLike | None,
+    ) -> RemoteTaskFuture:
+        from federation.service.models import TaskRequest
+
+        name = catalog_name(fn)  # NotCataloguedError before anything is sent
+        env = self.envelope_for(fn, envelope=envelope, hints=hints)
+        try:
+            req = TaskRequest(function=name, args=list(args), kwargs=kwargs, envelope=env)
+        except ValidationError as e:
+            raise SerializationError(
+                f"arguments of {name}() must be plain JSON to go to a service: {e}"
+            ) from e
+        sub = client.submit(req)
+        fut = RemoteTaskFuture(client, sub)
+        with self._lock:
+            if self._stream is None:
+                self._stream = EventStream(client, after=sub.cursor)
+            stream = self._stream
+            self._futures.append(fut)
+        stream.subscribe(sub.task_id, fut._on_event)  # events before this are replayed
+        return fut
+
     def envelope_for(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | str,
         *,
         envelope: ResourceEnvelope | None = None,
         hints: HintsLike | None = None,
@@ -312,13 +392,22 @@ class FederatedExecutor(concurrent.futures.Executor):
             if isinstance(fn_or_description, str)
             else describe_function(fn_or_description)
         )
+        if self._client is not None and isinstance(fn_or_description, str):
+            info = {f.name: f for f in self._functions()}.get(fn_or_description)
+            if info is not None:  # a catalog name: draft from its description
+                description = f"{info.name.replace('_', ' ')}: {info.description}"
         th = _hints(hints)
         key = (description, th.model_dump_json() if th else "")
         with self._lock:
             cached = self._drafts.get(key)
         if cached is not None:
             return cached
-        draft = self.coordinator.draft_envelope(description, th)
+        if self._client is not None:
+            from federation.service.models import DraftRequest
+
+            draft = self._client.draft(DraftRequest(description=description, hints=th))
+        else:
+            draft = self.coordinator.draft_envelope(description, th)
         with self._lock:
             self._drafts[key] = draft
         return draft
@@ -329,8 +418,15 @@ class FederatedExecutor(concurrent.futures.Executor):
         return ResourceEnvelope(**(env.model_dump() | {"sites": self._sites}))
 
     # --- lifecycle ------------------------------------------------------------------------
+    def _functions(self) -> list[Any]:
+        if self._client is None:
+            return []
+        if self._catalog is None:
+            self._catalog = self._client.functions()
+        return self._catalog
+
     @property
-    def futures(self) -> list[TaskFuture]:
+    def futures(self) -> list[TaskFuture | RemoteTaskFuture]:
         """Every future this executor returned, in submission order."""
         with self._lock:
             return list(self._futures)
@@ -351,7 +447,7 @@ class FederatedExecutor(concurrent.futures.Executor):
         if wait:
             concurrent.futures.wait(futures)
             self._close()
-        elif self._local is not None:
+        elif self._local is not None or self._client is not None:
 
             def close_when_done() -> None:
                 concurrent.futures.wait(futures)
@@ -366,44 +462,59 @@ class FederatedExecutor(concurrent.futures.Executor):
 
     def _close(self) -> None:
         with self._lock:
-            if self._closed or self._local is None:
+            if self._closed or (self._local is None and self._client is None):
                 return
             self._closed = True
+        if self._client is not None:
+            if self._stream is not None:
+                self._stream.close()
+            self._client.close()
+            return
+        assert self._local is not None
         self.coordinator.close()
         if self._local.service is not None:
             self._local.service.close()
 
     # --- views for notebooks --------------------------------------------------------------
     def inspect(self) -> FederationSnapshot:
-        """Probe every site now (the raw snapshot model)."""
+        """Probe every site now (the raw snapshot model; a service's latest snapshot)."""
+        if self._client is not None:
+            return self._client.inspect()
         return self.coordinator.inspect_federation()
 
     def snapshot(self, snap: FederationSnapshot | None = None) -> pd.DataFrame:
         """One row per site and partition: capacity, queue and health (probes now)."""
-        return partitions_table(snap or self.coordinator.inspect_federation())
+        return partitions_table(snap or self.inspect())
 
     def history(self, futures: Iterable[TaskFuture] | None = None) -> pd.DataFrame:
         """Every event of this executor's tasks (or of ``futures``), one row each."""
         futs = list(self.futures if futures is None else futures)
         ids = {f.task_id for f in futs}
         labels = {f.task_id: f.label for f in futs}
-        events = [e for e in self.coordinator.events.history() if e.task_id in ids]
+        if self._client is not None:
+            events = sorted((e for f in futs for e in f.events), key=lambda e: e.seq)
+        else:
+            events = [e for e in self.coordinator.events.history() if e.task_id in ids]
         return events_frame(events, labels)
 
     def tasks(self, futures: Iterable[TaskFuture] | None = None) -> pd.DataFrame:
         """One row per task: placement, predicted vs actual wait, runtime, state, job id."""
-        return tasks_frame([f.handle for f in (self.futures if futures is None else futures)])
+        futs = self.futures if futures is None else futures
+        return tasks_frame([f.handle if isinstance(f, TaskFuture) else f.status() for f in futs])
 
     def telemetry(self, since: datetime | None = None) -> pd.DataFrame:
         """Partition rows of every snapshot recorded since ``since`` (default: since this
         executor was created), the input of :func:`federation.plots.plot_capacity`."""
-        tel = self.coordinator.telemetry
+        tel = None if self._coordinator is None else self._coordinator.telemetry
         if tel is None:
             return pd.DataFrame()
         return tel.frame(since=self.created_at if since is None else since)
 
     def __repr__(self) -> str:
         state = "shut down" if self._shutdown else "open"
+        if self._client is not None:
+            where = f"service {self._client.base_url}"
+            return f"<FederatedExecutor {state}: {where}, {len(self._futures)} tasks>"
         return (
             f"<FederatedExecutor {state}: {len(self.coordinator.backends)} sites, "
             f"{len(self._futures)} tasks>"
@@ -488,7 +599,7 @@ def events_frame(events: Sequence[Event], labels: Mapping[str, str] | None = Non
     return frame.set_index("seq")
 
 
-def tasks_frame(tasks: Sequence[TaskHandle | TaskResult]) -> pd.DataFrame:
+def tasks_frame(tasks: Sequence[TaskHandle | TaskResult | TaskStatus]) -> pd.DataFrame:
     """One row per task: where it ran, predicted and actual wait, runtime and outcome."""
     rows = []
     for t in tasks:
@@ -496,6 +607,11 @@ def tasks_frame(tasks: Sequence[TaskHandle | TaskResult]) -> pd.DataFrame:
             task_id, state = t.id, t.state
             started, completed, submitted = t.started_at, t.completed_at, t.submitted_at
             job, error, compute_id = t.slurm_job_id, t.error, t.compute_task_id
+        elif isinstance(t, TaskStatus):
+            task_id, state = t.task_id, t.state
+            started, completed, submitted = t.started_at, t.completed_at, t.submitted_at
+            job, compute_id = t.slurm_job_id, t.compute_task_id
+            error = t.result.error if t.result is not None else None
         else:
             task_id, state = t.task_id, t.status
             started, completed, submitted = t.started_at, t.completed_at, t.submitted_at

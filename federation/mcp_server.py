@@ -1,4 +1,5 @@
-"""The federation as MCP tools, for agents: inspect, draft, submit, await, get, cancel.
+"""The federation as MCP tools, for agents: inspect, draft, submit (tasks, groups), move
+data, await, get, cancel.
 
 Runs over stdio (``python -m federation.mcp_server``) or streamable HTTP (``--transport
 http``, bearer tokens from ``federation token issue``). Backed by an embedded coordinator
@@ -30,13 +31,21 @@ from federation.drafting import EnvelopeDraft, TaskHints
 from federation.envelope import ResourceEnvelope
 from federation.events import EventKind
 from federation.service.models import (
+    MAX_GROUP_CHILDREN,
     CancelResponse,
     DraftRequest,
     EventsPage,
     FederationSummary,
+    GroupRequest,
+    GroupResponse,
+    GroupView,
     SubmitResponse,
+    SyncLevel,
     TaskRequest,
     TaskStatus,
+    TransferRequest,
+    TransferResponse,
+    TransferView,
     summarize,
 )
 from federation.service.ops import Operations, OpsError
@@ -55,7 +64,10 @@ your task, validated against the sites) -> submit_task (returns at once with a t
 the placement and a cursor) -> await_event(after=cursor, task_ids=[task_id]) repeatedly,
 passing back the cursor it returns, until a task.completed or task.failed event ->
 get_result(task_id) for the output. A task is a shell `command` or a catalog `function`
-(list_functions) with JSON arguments."""
+(list_functions) with JSON arguments. Related tasks: submit_group (one group_id; await
+its events with task_ids=[group_id]; get_group). Data between sites: move_data (a
+transfer_id; await transfer.* events; get_transfer). Nothing here blocks except
+await_event, and that at most its timeout_s."""
 
 AwaitOps = Callable[[], Awaitable[Operations]]
 
@@ -68,6 +80,14 @@ def _tool_error(e: OpsError) -> ToolError:
     if b.details:
         text += f"\nDetails: {json.dumps(b.details, default=str)[:4000]}"
     return ToolError(text)
+
+
+def _messages(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
 
 
 async def _run(fn: Callable[..., Any], *args: Any) -> Any:
@@ -167,11 +187,118 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
                 envelope=envelope,
             )
         except ValidationError as e:
-            msgs = "; ".join(err["msg"] for err in e.errors(include_url=False))
-            raise ToolError(f"bad_request: {msgs}") from e
+            raise ToolError(f"bad_request: {_messages(e)}") from e
         ops = await get_ops()
         resp: SubmitResponse = await _run(ops.submit, req, "mcp")
         return resp
+
+    @mcp.tool(
+        description=(
+            "Submit related tasks as a group; returns AT ONCE with group_id, each child's "
+            "name, task_id and placement, and `cursor`. Each child is like a submit_task "
+            "call (`command` or `function` + `args`/`kwargs`, `envelope`, `name`). With "
+            "distinct_sites=true (default) children go to different sites while feasible, "
+            "and a child still queued after all its siblings finished is moved to wherever "
+            "it starts first (a group.child_replaced event). Then await_event(after=cursor, "
+            "task_ids=[group_id]): a group id matches the group's events and all its "
+            "children's; group.round_terminal means every child is done. If any child is "
+            f"malformed or fits no site, nothing is submitted. At most {MAX_GROUP_CHILDREN} "
+            "children."
+        )
+    )
+    async def submit_group(
+        children: Annotated[
+            list[TaskRequest],
+            Field(
+                min_length=1,
+                max_length=MAX_GROUP_CHILDREN,
+                description="the tasks; `name` is the child's name (default c1, c2, ...)",
+            ),
+        ],
+        objective: Annotated[str, Field(max_length=2000, description="what the group is for")] = "",
+        distinct_sites: Annotated[
+            bool, Field(description="spread children over different sites while feasible")
+        ] = True,
+    ) -> GroupResponse:
+        try:
+            req = GroupRequest(
+                children=children, objective=objective, distinct_sites=distinct_sites
+            )
+        except ValidationError as e:
+            raise ToolError(f"bad_request: {_messages(e)}") from e
+        ops = await get_ops()
+        resp: GroupResponse = await _run(ops.submit_group, req, "mcp")
+        return resp
+
+    @mcp.tool(
+        description=(
+            "A group's children now, at once (no waiting): each child's current task_id, "
+            "state, site and earlier attempts, the re-placements so far, and done=true "
+            "once every child completed or failed. Use get_result(task_id) for a child's "
+            "output."
+        )
+    )
+    async def get_group(
+        group_id: Annotated[str, Field(description="the group_id submit_group returned")],
+    ) -> GroupView:
+        ops = await get_ops()
+        view: GroupView = await _run(ops.group, group_id)
+        return view
+
+    @mcp.tool(
+        description=(
+            "Start copying a file or directory from one site's storage to another's (Globus "
+            "Transfer); returns AT ONCE with transfer_id, its state and `cursor`, before any "
+            "byte moves. Paths are relative to each site's storage root. Then "
+            "await_event(after=cursor, task_ids=[transfer_id]) for transfer.progress, "
+            "transfer.completed or transfer.failed; get_transfer for the details. Use it to "
+            "stage inputs where a task will run, or bring results back."
+        )
+    )
+    async def move_data(
+        source_site: Annotated[str, Field(min_length=1, description="site to copy from")],
+        source_path: Annotated[str, Field(min_length=1, description="path there")],
+        dest_site: Annotated[str, Field(min_length=1, description="site to copy to")],
+        dest_path: Annotated[str, Field(min_length=1, description="path there")],
+        label: Annotated[str | None, Field(max_length=128, description="a label")] = None,
+        sync_level: Annotated[
+            SyncLevel,
+            Field(description="skip files already there that match by exists/size/mtime/checksum"),
+        ] = "checksum",
+        verify_checksum: Annotated[bool, Field(description="verify after copying")] = True,
+        deadline_s: Annotated[
+            float | None, Field(gt=0, description="give up after this many seconds")
+        ] = None,
+    ) -> TransferResponse:
+        try:
+            req = TransferRequest(
+                source_site=source_site,
+                source_path=source_path,
+                dest_site=dest_site,
+                dest_path=dest_path,
+                label=label,
+                sync_level=sync_level,
+                verify_checksum=verify_checksum,
+                deadline_s=deadline_s,
+            )
+        except ValidationError as e:
+            raise ToolError(f"bad_request: {_messages(e)}") from e
+        ops = await get_ops()
+        resp: TransferResponse = await _run(ops.move_data, req, "mcp")
+        return resp
+
+    @mcp.tool(
+        description=(
+            "A transfer's state and details (files and bytes moved, errors), at once; it "
+            "does not wait. To wait, use await_event with task_ids=[transfer_id]."
+        )
+    )
+    async def get_transfer(
+        transfer_id: Annotated[str, Field(description="the transfer_id move_data returned")],
+    ) -> TransferView:
+        ops = await get_ops()
+        view: TransferView = await _run(ops.transfer, transfer_id)
+        return view
 
     @mcp.tool(
         description=(
@@ -191,8 +318,9 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
 
     @mcp.tool(
         description=(
-            "Wait for task events (task.queued, task.started, task.completed, task.failed) "
-            "after the cursor `after`. Returns as soon as at least one matching event "
+            "Wait for events (task.queued, task.started, task.completed, task.failed, "
+            "group.*, transfer.*) after the cursor `after`; task_ids may hold task, group "
+            "and transfer ids. Returns as soon as at least one matching event "
             f"exists, or after timeout_s (default {DEFAULT_AWAIT_S:.0f}, at most "
             f"{MAX_AWAIT_S:.0f} s) with timed_out=true and no events. Always pass the "
             "returned `cursor` as `after` on the next call: no event is missed or repeated. "
@@ -202,7 +330,8 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
     async def await_event(
         after: Annotated[int, Field(ge=0, description="cursor from the last call")] = 0,
         task_ids: Annotated[
-            list[str] | None, Field(description="only events of these tasks")
+            list[str] | None,
+            Field(description="only events of these tasks, groups (and their children), transfers"),
         ] = None,
         kinds: Annotated[
             list[EventKind] | None, Field(description="only these kinds of event")
@@ -276,12 +405,13 @@ def embedded_ops(
 ) -> Operations:
     """A coordinator over the local sites, as :class:`LocalOps`."""
     from federation.local import LocalSites
+    from federation.security.policy import PolicyGate
     from federation.service.ops import LocalOps
 
     local = LocalSites(home=home, sites=sites)
     if bring_up:
         local.up()
-    coord = local.connect()
+    coord = local.connect(gate=PolicyGate.from_home(local.home))
 
     def close() -> None:
         coord.close()

@@ -31,7 +31,7 @@ def _flat(text: str) -> str:
 
 def test_register_adds_the_commands() -> None:
     names = {c.name for c in APP.registered_commands}
-    assert names == {"draft", "submit", "result", "watch"}
+    assert names == {"draft", "submit", "group", "move", "result", "watch"}
 
 
 def test_draft_prints_envelope_rationale_and_validation() -> None:
@@ -85,14 +85,17 @@ def test_usage_error_in_json_mode_is_json() -> None:
 
 
 @pytest.mark.parametrize("cmd", ["result", "watch"])
-def test_result_and_watch_say_they_need_the_service(cmd: str) -> None:
+def test_result_and_watch_say_they_need_the_service(
+    cmd: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FEDERATION_SERVICE", raising=False)
     r = runner.invoke(APP, [cmd, "1234"])
     assert r.exit_code == EXIT_ERROR
     out = _flat(r.output)
-    assert "HTTP service" in out and "does not talk to it yet" in out
-    assert "submit --wait" in out
+    assert "running coordinator service" in out and "--service URL" in out
+    assert "federation serve" in out
     help_text = _flat(runner.invoke(APP, [cmd, "--help"]).output)
-    assert "HTTP service" in help_text
+    assert "Exit codes" in help_text and "--service" in help_text
 
 
 # --- on the real local federation -------------------------------------------------------------

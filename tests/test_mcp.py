@@ -274,3 +274,74 @@ def test_zz_report_latencies() -> None:
             f"{key:32s} n={len(times):2d} max={max(times) * 1000:7.1f} ms "
             f"median={sorted(times)[len(times) // 2] * 1000:7.1f} ms"
         )
+
+
+def test_stdio_group_and_move_data(home: Path) -> None:
+    """submit_group and move_data through a real MCP client session over stdio."""
+    from federation.storage import site_storage
+
+    src = site_storage("local", home) / "mcp-test" / "input.txt"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text("staged by an agent\n" * 100)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "federation.mcp_server", "--no-up"],
+        env=_server_env(home),
+        cwd=str(ROOT),
+    )
+    env = {"sites": ["local", "vista"], "walltime_s": 300}
+
+    async def until(s: ClientSession, cursor: int, oid: str, kinds: set[str]) -> list[str]:
+        seen: list[str] = []
+        deadline = time.monotonic() + 150
+        while not kinds & set(seen) and time.monotonic() < deadline:
+            page = await _call(
+                s, "await_event", {"after": cursor, "task_ids": [oid], "timeout_s": 20}, "grp"
+            )
+            cursor = page["cursor"]
+            seen += [e["kind"] for e in page["events"]]
+        return seen
+
+    async def main() -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert {"submit_group", "get_group", "move_data", "get_transfer"} <= names
+            g = await _call(
+                s,
+                "submit_group",
+                {
+                    "children": [
+                        {"function": "report_allocation", "kwargs": {"work_s": 1}, "envelope": env},
+                        {"function": "report_allocation", "kwargs": {"work_s": 1}, "envelope": env},
+                    ],
+                    "objective": "agent group",
+                },
+                "grp",
+            )
+            assert sorted(c["site"] for c in g["children"]) == ["local", "vista"]
+            kinds = await until(s, g["cursor"], g["group_id"], {"group.round_terminal"})
+            view = await _call(s, "get_group", {"group_id": g["group_id"]}, "grp")
+            t = await _call(
+                s,
+                "move_data",
+                {
+                    "source_site": "local",
+                    "source_path": "mcp-test/input.txt",
+                    "dest_site": "delta",
+                    "dest_path": "mcp-test/input.txt",
+                },
+                "grp",
+            )
+            tkinds = await until(
+                s, t["cursor"], t["transfer_id"], {"transfer.completed", "transfer.failed"}
+            )
+            assert tkinds[-1] == "transfer.completed", tkinds
+            tv = await _call(s, "get_transfer", {"transfer_id": t["transfer_id"]}, "grp")
+            return view, kinds, tv
+
+    view, kinds, tv = anyio.run(main)
+    assert kinds[-1] == "group.round_terminal" and kinds.count("task.completed") == 2, kinds
+    assert view["done"] and {c["state"] for c in view["children"]} == {"completed"}
+    assert tv["state"] == "succeeded"
+    assert (site_storage("delta", home) / "mcp-test" / "input.txt").read_text() == src.read_text()

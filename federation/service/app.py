@@ -9,14 +9,14 @@ waits in worker threads so the server stays responsive.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,15 +24,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from federation.catalog import Catalog, FunctionInfo
 from federation.coordinator import Coordinator
 from federation.drafting import EnvelopeDraft
+from federation.security.routes import policy_router
 from federation.service.models import (
     CancelResponse,
     DraftRequest,
     ErrorBody,
     EventsPage,
     FederationSummary,
+    GroupRequest,
+    GroupResponse,
+    GroupView,
     SubmitResponse,
     TaskRequest,
     TaskStatus,
+    TransferRequest,
+    TransferResponse,
+    TransferView,
     summarize,
 )
 from federation.service.ops import LocalOps, OpsError, parse_kinds
@@ -44,6 +51,9 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1_000_000
 MAX_LONG_POLL_S = 30.0
 DEFAULT_LONG_POLL_S = 20.0
+STREAM_HEARTBEAT_S = 15.0
+"""An event stream with nothing to say sends an SSE comment this often (keeps proxies and
+clients from timing it out, and finds clients that went away)."""
 PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `federation token issue`")
@@ -187,6 +197,36 @@ def _validation_body(exc: RequestValidationError) -> ErrorBody:
     )
 
 
+async def _sse(
+    ops: LocalOps,
+    request: Request,
+    after: int,
+    task_ids: Sequence[str] | None,
+    kinds: Sequence[str] | None,
+) -> AsyncIterator[str]:
+    """The SSE body: events as they are emitted, a comment line when there are none.
+
+    When the client goes away, the wait in progress ends within one slice
+    (:data:`~federation.service.ops.WAIT_SLICE_S`) and the stream with it."""
+    cursor = after
+    yield f": federation events after {cursor}\n\n"
+    while True:
+        try:
+            page = await ops.events(
+                cursor, task_ids, kinds, STREAM_HEARTBEAT_S, abandoned=request.is_disconnected
+            )
+        except OpsError as e:
+            yield f"event: error\ndata: {e.body.model_dump_json()}\n\n"
+            return
+        for ev in page.events:
+            yield f"id: {ev.seq}\nevent: {ev.kind}\ndata: {ev.model_dump_json()}\n\n"
+        cursor = page.cursor
+        if not page.events:
+            if await request.is_disconnected():
+                return
+            yield ": keep-alive\n\n"
+
+
 def create_app(
     coordinator: Coordinator,
     tokens: TokenStore,
@@ -218,6 +258,7 @@ def create_app(
     app.state.ops = local
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
     auth = [Depends(_doc_bearer)]
+    app.include_router(policy_router(local.coord), dependencies=auth)  # operators only
 
     @app.exception_handler(OpsError)
     async def _ops_error(_: Request, exc: OpsError) -> JSONResponse:
@@ -298,6 +339,62 @@ def create_app(
     def cancel(task_id: str) -> CancelResponse:
         """Cancel a task that has not started running."""
         return local.cancel(task_id)
+
+    @app.post("/v1/groups", dependencies=auth, status_code=202)
+    def submit_group(req: GroupRequest, request: Request) -> GroupResponse:
+        """Place and ship related tasks, spread over distinct sites while feasible; returns
+        at once with the group id, each child's task id and placement, and an event cursor.
+
+        Every child is checked first: if one is malformed or fits nowhere, nothing is
+        submitted (422, 409)."""
+        return local.submit_group(req, caller(request))
+
+    @app.get("/v1/groups/{group_id}", dependencies=auth)
+    def group(group_id: str) -> GroupView:
+        """A group's children (current attempt of each), re-placements, and whether done."""
+        return local.group(group_id)
+
+    @app.post("/v1/transfers", dependencies=auth, status_code=202)
+    def move_data(req: TransferRequest, request: Request) -> TransferResponse:
+        """Start copying data from one site's storage to another's; returns at once with
+        the transfer id and an event cursor (then ``transfer.*`` events)."""
+        return local.move_data(req, caller(request))
+
+    @app.get("/v1/transfers/{transfer_id}", dependencies=auth)
+    def transfer(transfer_id: str) -> TransferView:
+        """A transfer's state and what it reports (bytes, files, errors)."""
+        return local.transfer(transfer_id)
+
+    @app.get(
+        "/v1/events/stream",
+        dependencies=auth,
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def event_stream(
+        request: Request,
+        after: Annotated[int, Query(ge=0, description="start after this cursor")] = 0,
+        task_id: Annotated[
+            list[str] | None, Query(description="only these tasks, groups or transfers")
+        ] = None,
+        kinds: Annotated[
+            list[str] | None, Query(description="only these kinds (repeat or comma-separate)")
+        ] = None,
+    ) -> StreamingResponse:
+        """Server-sent events: every matching event after ``after`` as it happens.
+
+        Each message has ``id:`` (the event's seq), ``event:`` (its kind) and ``data:`` (the
+        event as JSON). A client that reconnects with ``Last-Event-ID`` (or ``after``)
+        resumes where it stopped; nothing is missed."""
+        last_id = request.headers.get("last-event-id", "")
+        start = int(last_id) if last_id.isdigit() else after
+        kind_list = parse_kinds(kinds)
+        local.check_event_filter(task_id, kind_list)  # 404/422 before the stream starts
+        return StreamingResponse(
+            _sse(local, request, start, task_id, kind_list),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @app.get("/v1/events", dependencies=auth)
     async def events(

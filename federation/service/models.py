@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from federation._model import Frozen
 from federation.drafting import TaskHints
 from federation.envelope import ResourceEnvelope, Shape
 from federation.events import Event, EventKind
 from federation.handles import TaskHandle, TaskResult, TaskState
+from federation.json_values import json_value
 from federation.placement import PlacementDecision
 from federation.snapshot import FederationSnapshot
 
+if TYPE_CHECKING:
+    from federation.groups import GroupHandle
+
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-MAX_VALUE_REPR = 10_000
 
 
 class ErrorBody(Frozen):
@@ -158,6 +161,119 @@ class CancelResponse(Frozen):
     message: str
 
 
+MAX_GROUP_CHILDREN = 64
+SyncLevel = Literal["exists", "size", "mtime", "checksum"]
+
+
+class GroupRequest(Frozen):
+    """Related tasks under one objective, spread over distinct sites while that is feasible."""
+
+    children: list[TaskRequest] = Field(
+        min_length=1,
+        max_length=MAX_GROUP_CHILDREN,
+        description="the tasks; each child's `name` is its name in the group (default c1, "
+        "c2, ...), unique within the group",
+    )
+    objective: str = Field(default="", max_length=2000, description="what the group is for")
+    distinct_sites: bool = Field(
+        default=True,
+        description="soft constraint: put children on different sites while feasible; a "
+        "child still queued after its siblings finished is re-placed where it starts first",
+    )
+
+    @field_validator("children")
+    @classmethod
+    def _unique_names(cls, children: list[TaskRequest]) -> list[TaskRequest]:
+        names = child_names(children)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"child names must be unique in a group; repeated: {twice}")
+        return children
+
+
+def child_names(children: list[TaskRequest]) -> list[str]:
+    """Each child's name in its group: its ``name``, or ``c<i>`` (1-based) when unnamed."""
+    return [c.name or f"c{i}" for i, c in enumerate(children, 1)]
+
+
+class GroupChildView(Frozen):
+    """One child of a group: its current attempt, and the task ids of earlier ones."""
+
+    name: str
+    task_id: str = Field(description="the current attempt's task id")
+    state: TaskState
+    site: str
+    partition: str
+    granted: str
+    predicted_wait_s: float
+    earlier_task_ids: tuple[str, ...] = Field(
+        default=(), description="attempts this child had before (re-placed by its group)"
+    )
+
+
+class GroupView(Frozen):
+    """A group: its children now, the re-placements so far, and whether all are done."""
+
+    group_id: str
+    objective: str
+    distinct_sites: bool
+    done: bool = Field(description="every child completed or failed")
+    children: tuple[GroupChildView, ...]
+    replacements: tuple[dict[str, str], ...] = Field(
+        default=(), description="children moved to another site: child, from, to"
+    )
+
+
+class GroupResponse(GroupView):
+    """A submitted group, with the event cursor to resume from."""
+
+    cursor: int = Field(
+        description="event cursor from just before submission: pass it as `after`, with the "
+        "group_id in the task id filter, to await the group's and its children's events"
+    )
+
+
+class TransferRequest(Frozen):
+    """Copy a file or directory from one site's storage to another's (Globus Transfer)."""
+
+    source_site: str = Field(min_length=1, max_length=100, description="site to copy from")
+    source_path: str = Field(
+        min_length=1, max_length=4096, description="path on the source site's collection"
+    )
+    dest_site: str = Field(min_length=1, max_length=100, description="site to copy to")
+    dest_path: str = Field(
+        min_length=1, max_length=4096, description="path on the destination site's collection"
+    )
+    label: str | None = Field(default=None, max_length=128, description="a label for it")
+    sync_level: SyncLevel = Field(
+        default="checksum",
+        description="skip files already at the destination that match by: exists, size, "
+        "mtime or checksum",
+    )
+    verify_checksum: bool = Field(default=True, description="verify checksums after copying")
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=30 * 86400, description="give up after this many seconds"
+    )
+
+
+class TransferView(Frozen):
+    """A data movement's state; ``detail`` is everything the transfer reports about itself."""
+
+    transfer_id: str
+    state: str
+    done: bool
+    detail: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class TransferResponse(TransferView):
+    """A submitted transfer, with the event cursor to resume from."""
+
+    cursor: int = Field(
+        description="event cursor from just before submission: pass it as `after`, with the "
+        "transfer_id in the task id filter, to await its transfer.* events"
+    )
+
+
 class PartitionSummary(Frozen):
     """One partition's capacity and queue, as last probed."""
 
@@ -252,18 +368,6 @@ def submit_response(handle: TaskHandle, cursor: int) -> SubmitResponse:
     )
 
 
-def json_value(value: Any) -> tuple[JsonValue, bool, str | None]:
-    """``(value, True, None)`` if ``value`` is plain JSON, else ``(None, False, repr)``."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, OverflowError, RecursionError):
-        text = repr(value)
-        if len(text) > MAX_VALUE_REPR:
-            text = text[:MAX_VALUE_REPR] + "...(truncated)"
-        return None, False, text
-    return value, True, None
-
-
 def result_view(r: TaskResult, runtime_s: float | None) -> TaskResultView:
     value, is_json, text = json_value(r.value)
     return TaskResultView(
@@ -305,4 +409,51 @@ def task_status(h: TaskHandle) -> TaskStatus:
         started_at=h.started_at,
         completed_at=h.completed_at,
         result=result,
+    )
+
+
+def group_view(g: GroupHandle) -> GroupView:
+    children = tuple(
+        GroupChildView(
+            name=c.name,
+            task_id=c.handle.id,
+            state=c.handle.state,
+            site=c.handle.site,
+            partition=c.handle.partition,
+            granted=c.handle.shape.describe(),
+            predicted_wait_s=c.handle.decision.chosen.predicted_wait_s,
+            earlier_task_ids=tuple(a.id for a in c.attempts[:-1]),
+        )
+        for c in list(g.children)
+    )
+    return GroupView(
+        group_id=g.id,
+        objective=g.objective,
+        distinct_sites=g.distinct_sites,
+        done=g.done,
+        children=children,
+        replacements=tuple(dict(r) for r in list(g.replacements)),
+    )
+
+
+class TransferLike(Protocol):
+    """What the service needs of a transfer handle (``federation.transfer``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+TRANSFER_DONE_STATES = frozenset({"completed", "succeeded", "failed", "cancelled"})
+
+
+def transfer_view(h: TransferLike) -> TransferView:
+    detail = json.loads(json.dumps(h.as_dict(), default=str))
+    state = str(h.state)
+    return TransferView(
+        transfer_id=h.id, state=state, done=state in TRANSFER_DONE_STATES, detail=detail
     )

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -26,24 +26,40 @@ from federation.coordinator import Coordinator
 from federation.drafting import EnvelopeDraft, validate
 from federation.errors import (
     BadEnvelopeError,
+    DataNotFoundError,
     FederationError,
     NoFeasibleSiteError,
     SerializationError,
     SiteUnavailableError,
+    TransferAuthError,
+    TransferPathError,
+    TransferUnavailableError,
     UnknownSiteError,
 )
+from federation.groups import GroupHandle
 from federation.handles import TaskHandle
+from federation.security.policy import LOCAL_CALLER, PolicyViolationError
 from federation.service.models import (
     EVENT_KINDS,
     CancelResponse,
     DraftRequest,
     ErrorBody,
     EventsPage,
+    GroupRequest,
+    GroupResponse,
+    GroupView,
     SubmitResponse,
     TaskRequest,
     TaskStatus,
+    TransferLike,
+    TransferRequest,
+    TransferResponse,
+    TransferView,
+    child_names,
+    group_view,
     submit_response,
     task_status,
+    transfer_view,
 )
 from federation.snapshot import FederationSnapshot
 from federation.tasks import ShellTask, TaskSpec
@@ -93,6 +109,14 @@ class Operations(Protocol):
 
     def cancel(self, task_id: str) -> CancelResponse: ...
 
+    def submit_group(self, req: GroupRequest, caller: str = "") -> GroupResponse: ...
+
+    def group(self, group_id: str) -> GroupView: ...
+
+    def move_data(self, req: TransferRequest, caller: str = "") -> TransferResponse: ...
+
+    def transfer(self, transfer_id: str) -> TransferView: ...
+
     async def events(
         self,
         after: int,
@@ -103,6 +127,25 @@ class Operations(Protocol):
     ) -> EventsPage: ...
 
     def close(self) -> None: ...
+
+
+class _Mover(Protocol):
+    """The coordinator's data movement (``federation.transfer``)."""
+
+    def move_data(
+        self,
+        source_site: str,
+        source_path: str,
+        dest_site: str,
+        dest_path: str,
+        *,
+        label: str | None = None,
+        sync_level: str = "checksum",
+        verify_checksum: bool = True,
+        deadline_s: float | None = None,
+    ) -> TransferLike: ...
+
+    def get_transfer(self, transfer_id: str) -> TransferLike: ...
 
 
 class SnapshotCache:
@@ -195,6 +238,8 @@ class LocalOps:
         self._limiter = anyio.CapacityLimiter(max_waiters)
         self._max_waiters = max_waiters
         self._lock = threading.Lock()
+        self._groups: dict[str, GroupHandle] = {}
+        self._transfers: dict[str, TransferLike] = {}
 
     # --- reads --------------------------------------------------------------------------------
     def inspect(self, refresh: bool = False) -> FederationSnapshot:
@@ -239,7 +284,9 @@ class LocalOps:
         snap = self.cache.get()
         cursor = self.coord.events.last_seq
         try:
-            handle = self.coord.submit_task(task, req.envelope, snapshot=snap)
+            handle = self.coord.submit_task(
+                task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
+            )
         except NoFeasibleSiteError as e:
             raise self._no_site(e, req, snap) from e
         except Exception as e:
@@ -297,20 +344,179 @@ class LocalOps:
             msg = f"could not be cancelled (it is {h.state}); wait for it to finish"
         return CancelResponse(task_id=h.id, cancelled=ok, state=h.state, message=msg)
 
+    # --- groups -------------------------------------------------------------------------------
+    def submit_group(self, req: GroupRequest, caller: str = "") -> GroupResponse:
+        """Check every child (arguments, sites, feasibility), then submit them all.
+
+        A child that fits nowhere refuses the whole group before anything is submitted.
+        """
+        names = child_names(req.children)
+        tasks = [self.task_spec(c) for c in req.children]
+        snap = self.cache.get()
+        refused: dict[str, dict[str, str]] = {}
+        for name, child in zip(names, req.children, strict=True):
+            unknown = [s for s in child.envelope.sites if s not in self.coord.backends]
+            if unknown:
+                raise OpsError(
+                    422,
+                    "unknown_site",
+                    f"child {name!r}: unknown site(s) {unknown}",
+                    "use some of the known sites",
+                    {"child": name, "known": sorted(self.coord.backends)},
+                )
+            try:
+                self.coord.plan(child.envelope, snap)
+            except NoFeasibleSiteError as e:
+                refused[name] = e.reasons
+            except Exception as e:
+                raise translate(e) from e
+        if refused:
+            raise OpsError(
+                409,
+                "no_feasible_site",
+                f"no site can host child(ren) {sorted(refused)}; nothing was submitted",
+                "relax those children's envelopes; draft_envelope shows the nearest feasible one",
+                {"reasons": refused},
+            )
+        cursor = self.coord.events.last_seq
+        children = [(n, t, c.envelope) for n, t, c in zip(names, tasks, req.children, strict=True)]
+        try:
+            g = self.coord.submit_group(
+                children, objective=req.objective, distinct_sites=req.distinct_sites
+            )
+        except NoFeasibleSiteError as e:
+            raise OpsError(
+                409,
+                "no_feasible_site",
+                str(e).splitlines()[0],
+                "the sites changed while the group was placed; check get_group and retry "
+                "the children that are missing",
+                {"reasons": e.reasons},
+            ) from e
+        except Exception as e:
+            raise translate(e) from e
+        with self._lock:
+            self._groups[g.id] = g
+        logger.info(
+            "group %s (%d children) from %s placed on %s",
+            g.id,
+            len(g.children),
+            caller or "(local)",
+            ", ".join(c.handle.site for c in g.children),
+        )
+        return GroupResponse.model_validate(group_view(g).model_dump() | {"cursor": cursor})
+
+    def group_handle(self, group_id: str) -> GroupHandle:
+        with self._lock:
+            g = self._groups.get(group_id)
+        if g is None:
+            raise OpsError(
+                404,
+                "unknown_group",
+                f"no group with id {group_id!r} on this coordinator",
+                "use the group_id that submit_group returned",
+            )
+        return g
+
+    def group(self, group_id: str) -> GroupView:
+        return group_view(self.group_handle(group_id))
+
+    # --- transfers -----------------------------------------------------------------------------
+    def _mover(self) -> _Mover:
+        if not callable(getattr(self.coord, "move_data", None)):
+            raise OpsError(
+                501,
+                "transfers_unavailable",
+                "this coordinator cannot move data (no federation.transfer backend)",
+                "move the data with the sites' own tools, or upgrade the coordinator",
+            )
+        return cast(_Mover, self.coord)
+
+    def move_data(self, req: TransferRequest, caller: str = "") -> TransferResponse:
+        mover = self._mover()
+        for site in (req.source_site, req.dest_site):
+            if site not in self.coord.backends:
+                raise OpsError(
+                    422,
+                    "unknown_site",
+                    f"unknown site {site!r}",
+                    "use one of the known sites",
+                    {"known": sorted(self.coord.backends)},
+                )
+        cursor = self.coord.events.last_seq
+        try:
+            h = mover.move_data(
+                req.source_site,
+                req.source_path,
+                req.dest_site,
+                req.dest_path,
+                label=req.label,
+                sync_level=req.sync_level,
+                verify_checksum=req.verify_checksum,
+                deadline_s=req.deadline_s,
+            )
+        except Exception as e:
+            raise translate(e) from e
+        with self._lock:
+            self._transfers[h.id] = h
+        logger.info(
+            "transfer %s from %s: %s -> %s",
+            h.id,
+            caller or "(local)",
+            req.source_site,
+            req.dest_site,
+        )
+        return TransferResponse.model_validate(transfer_view(h).model_dump() | {"cursor": cursor})
+
+    def transfer_handle(self, transfer_id: str) -> TransferLike:
+        with self._lock:
+            h = self._transfers.get(transfer_id)
+        if h is not None:
+            return h
+        mover = self._mover()
+        try:
+            return mover.get_transfer(transfer_id)
+        except (KeyError, FederationError, ValueError) as e:
+            raise OpsError(
+                404,
+                "unknown_transfer",
+                f"no transfer with id {transfer_id!r} on this coordinator",
+                "use the transfer_id that move_data returned",
+            ) from e
+
+    def transfer(self, transfer_id: str) -> TransferView:
+        return transfer_view(self.transfer_handle(transfer_id))
+
     # --- events -------------------------------------------------------------------------------
+    def _known_ids(self) -> set[str]:
+        with self._lock:
+            extra = set(self._groups) | set(self._transfers)
+        return {h.id for h in self.coord.handles()} | extra
+
+    def expand_ids(self, ids: set[str] | None) -> set[str] | None:
+        """A group id stands for the group and every attempt of every child (so far)."""
+        if not ids:
+            return ids
+        out = set(ids)
+        with self._lock:
+            groups = [self._groups[i] for i in ids if i in self._groups]
+        for g in groups:
+            for child in list(g.children):
+                out.update(a.id for a in list(child.attempts))
+        return out
+
     def check_event_filter(
         self, task_ids: Sequence[str] | None, kinds: Sequence[str] | None
     ) -> tuple[set[str] | None, set[str] | None]:
         ids = set(task_ids) if task_ids else None
         if ids:
-            known = {h.id for h in self.coord.handles()}
-            unknown = sorted(ids - known)
+            unknown = sorted(ids - self._known_ids())
             if unknown:
                 raise OpsError(
                     404,
                     "unknown_task",
-                    f"no task with id(s) {unknown} on this coordinator",
-                    "filter on task ids that submit returned",
+                    f"no task, group or transfer with id(s) {unknown} on this coordinator",
+                    "filter on ids that submit_task, submit_group or move_data returned",
                 )
         kind_set = set(kinds) if kinds else None
         if kind_set:
@@ -358,7 +564,7 @@ class LocalOps:
                 wait = functools.partial(
                     bus.await_event,
                     after,
-                    task_ids=ids,
+                    task_ids=self.expand_ids(ids),
                     kinds=kind_set,
                     timeout_s=max(0.0, min(WAIT_SLICE_S, remaining)),
                 )
@@ -389,6 +595,14 @@ def translate(e: BaseException) -> OpsError:
     """A federation exception as an :class:`OpsError` with the right HTTP status."""
     if isinstance(e, OpsError):
         return e
+    if isinstance(e, PolicyViolationError):
+        return OpsError(
+            403,
+            "policy_violation",
+            str(e),
+            "fit the request to your policy, or ask an operator to change it",
+            {"rules": {f.rule: {"limit": f.limit, "asked": f.value} for f in e.findings}},
+        )
     if isinstance(e, CatalogError):
         return OpsError(
             422,
@@ -405,6 +619,18 @@ def translate(e: BaseException) -> OpsError:
         return OpsError(422, "bad_envelope", str(e), "fix the named bound and resubmit")
     if isinstance(e, SerializationError):
         return OpsError(422, "not_serializable", str(e), "pass plain JSON arguments")
+    if isinstance(e, TransferPathError):
+        return OpsError(
+            422, "bad_path", str(e), "give a path inside the site's storage, without `..`"
+        )
+    if isinstance(e, DataNotFoundError):
+        return OpsError(404, "data_not_found", str(e), "check the source site and path")
+    if isinstance(e, TransferAuthError):
+        return OpsError(
+            502, "transfer_refused", str(e), "the coordinator's Globus login needs renewing"
+        )
+    if isinstance(e, TransferUnavailableError):
+        return OpsError(503, "transfer_unavailable", str(e), "retry later")
     if isinstance(e, NoFeasibleSiteError):
         return OpsError(
             409,
