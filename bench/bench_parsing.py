@@ -5,6 +5,7 @@
 Prints the best and median wall time of: splitting and parsing the probe's ``squeue`` text
 into JobRecords, and building the whole SiteSnapshot (nodes, queue, start estimates,
 per-partition aggregation) from a synthetic probe result in the probe's exact format.
+:func:`parse_times` is the measurement itself; ``bench/perf.py`` reports it too.
 """
 
 from __future__ import annotations
@@ -31,21 +32,34 @@ def measure(fn: Callable[[], object], repeat: int) -> list[float]:
     return times
 
 
+def parse_times(n_jobs: int = 50_000, repeat: int = 5) -> dict[str, list[float]]:
+    """Wall times (s) of ``parse_squeue`` and ``build_site_snapshot`` on ``n_jobs`` jobs.
+
+    Also checks the parsers saw every job, so a fast wrong answer cannot pass as a result.
+    """
+    probe = synthetic_probe(n_jobs)
+    text = probe["squeue"]["stdout"]
+    jobs = parse_squeue(text)
+    if len(jobs) != n_jobs:
+        raise AssertionError(f"parse_squeue returned {len(jobs)} jobs, expected {n_jobs}")
+    snap = build_site_snapshot("bench", probe)
+    if len(snap.jobs) != n_jobs:
+        raise AssertionError(f"snapshot holds {len(snap.jobs)} jobs, expected {n_jobs}")
+    return {
+        "parse_squeue": measure(lambda: parse_squeue(text), repeat),
+        "build_site_snapshot": measure(lambda: build_site_snapshot("bench", probe), repeat),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
 
-    probe = synthetic_probe(args.jobs)
-    text = probe["squeue"]["stdout"]
-    print(f"{args.jobs} jobs, {len(text) / 1e6:.1f} MB of squeue output, best of {args.repeat}")
-    rows = [
-        ("parse_squeue", lambda: parse_squeue(text)),
-        ("build_site_snapshot", lambda: build_site_snapshot("bench", probe)),
-    ]
-    for label, fn in rows:
-        times = measure(fn, args.repeat)
+    size_mb = len(synthetic_probe(args.jobs)["squeue"]["stdout"]) / 1e6
+    print(f"{args.jobs} jobs, {size_mb:.1f} MB of squeue output, best of {args.repeat}")
+    for label, times in parse_times(args.jobs, args.repeat).items():
         best, median = min(times), statistics.median(times)
         verdict = "ok" if best <= TARGET_S else "SLOWER than target"
         print(

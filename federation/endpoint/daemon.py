@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -33,6 +34,7 @@ from federation.sites.spec import SiteSpec, load_site
 logger = logging.getLogger(__name__)
 
 ENGINE_IDLE_S = float(os.environ.get("FEDERATION_ENGINE_IDLE_S", "60"))
+RENDER_CACHE_MAX = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -88,6 +90,10 @@ class SiteEndpoint:
         self._slots: dict[str, EngineSlot] = {}
         self._subscribers: list[Connection] = []
         self._stopping = threading.Event()
+        self._rendered: dict[str, str] = {}
+        self._starting: dict[str, threading.Lock] = {}
+        """Rendered config per (user_opts, user_runtime): rendering takes tens of ms, and a
+        real endpoint renders once per user endpoint process, not once per task."""
 
     def _settle_lost_tasks(self) -> None:
         """Tasks an earlier run of this endpoint held died with its engines: say so."""
@@ -136,10 +142,24 @@ class SiteEndpoint:
 
         from federation.endpoint_config import render_user_config
 
-        rendered = render_user_config(self.site, user_opts, user_runtime)
+        opts_key = json.dumps([user_opts, user_runtime], sort_keys=True, default=str)
+        rendered = self._rendered.get(opts_key)
+        if rendered is None:
+            rendered = render_user_config(self.site, user_opts, user_runtime)
+            if len(self._rendered) >= RENDER_CACHE_MAX:
+                self._rendered.clear()
+            self._rendered[opts_key] = rendered
         key = hashlib.sha256(rendered.encode()).hexdigest()[:16]
         with self._lock:
             slot = self._slots.get(key)
+            if slot is not None:
+                return slot
+            starting = self._starting.setdefault(key, threading.Lock())
+        # Start the engine outside the endpoint lock: replies and results to every caller
+        # wait on that lock, and an engine start takes seconds (over 30 s under load).
+        with starting:
+            with self._lock:
+                slot = self._slots.get(key)
             if slot is not None:
                 return slot
             config = load_config_yaml(rendered)
@@ -154,7 +174,8 @@ class SiteEndpoint:
                 engine.shutdown()
                 raise
             slot = EngineSlot(key=key, engine=engine)
-            self._slots[key] = slot
+            with self._lock:
+                self._slots[key] = slot
             logger.info("started engine %s for %s", key, user_opts)
             return slot
 
