@@ -28,14 +28,23 @@ from federation.errors import (
 from federation.events import Event, EventBus, EventCallback
 from federation.failures import Failure, classify
 from federation.handles import TaskHandle, TaskResult
+from federation.hooks import Hook, HookRunner
+from federation.json_values import json_value
+from federation.milestones import Milestones, MilestoneWatcher
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.placement import PlacementDecision, place
+from federation.provenance import Accounting, fetch_accounting
+from federation.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, StorageRoot, as_ref, shipped
+from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate, PolicyOutcome
 from federation.sites.backend import SiteBackend
 from federation.snapshot import FederationSnapshot, SiteSnapshot
 from federation.store import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from federation.groups import GroupHandle, GroupManager
+    from federation.transfer import SyncLevel, TransferBackend, TransferHandle, TransferManager
 from federation.tasks import ShellTask, TaskSpec, check_serializable
 from federation.telemetry import Telemetry
 
@@ -63,8 +72,18 @@ class Coordinator:
         bus: EventBus | None = None,
         store: Store | None = None,
         retry_budget: int = 1,
+        result_storage: StorageRoot | None = None,
+        inline_limit_bytes: int = DEFAULT_INLINE_LIMIT_BYTES,
+        gate: PolicyGate | None = None,
+        transfer_backends: TransferBackend | Mapping[str, TransferBackend] | None = None,
     ) -> None:
         self.backends: dict[str, SiteBackend] = {b.name: b for b in backends}
+        self.transfer_backends = transfer_backends
+        """What ``move_data`` uses (default: local copies between site storage folders)."""
+        self._transfers: TransferManager | None = None
+        self.gate = gate or PolicyGate()
+        """Asked before anything is shipped (see :mod:`federation.security`)."""
+        self.held = HeldTasks(store.path if store is not None else None)
         self.store = store
         self.retry_budget = retry_budget
         self.policy = policy
@@ -72,6 +91,12 @@ class Coordinator:
         self.probe_interval_s = probe_interval_s
         self.telemetry = telemetry
         self.events = bus or EventBus(store)
+        self.result_storage = result_storage
+        """Site -> directory for results too large to return inline (None: never spill)."""
+        self.inline_limit_bytes = inline_limit_bytes
+        self.milestones = MilestoneWatcher(self.events)
+        self.hooks = HookRunner(self.events)
+        """Webhook and command hooks: ``coord.hooks.add(WebhookHook(url=...))`` for all."""
         self._lock = threading.Lock()
         self._handles: dict[str, TaskHandle] = {}
         self._by_compute_id: dict[str, TaskHandle] = {}
@@ -138,22 +163,30 @@ class Coordinator:
         *,
         on_event: EventCallback | None = None,
         snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
+        milestones: Milestones | Iterable[str] | None = None,
+        hooks: Iterable[Hook] = (),
     ) -> TaskHandle:
         """Place ``task`` within ``envelope`` and ship it; returns at once with a handle.
 
         Raises :class:`BadEnvelopeError`, :class:`NoFeasibleSiteError` (with a reason per
-        site) or :class:`SerializationError` before anything is submitted.
+        site), :class:`SerializationError` or :class:`PolicyViolationError` (``caller``'s
+        policy refuses it) before anything is submitted. A task the policy holds for an
+        operator (``policy.unresolved`` event) is returned unshipped: see :meth:`approve`.
         """
         for s in envelope.sites:
             if s not in self.backends:
                 raise UnknownSiteError(s, sorted(self.backends))
+        envelope = self.gate.narrow(caller, envelope, task)
         code_hash = check_serializable(task)
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
         decision = place(envelope, specs, snap, policy=self.policy)
         shape = decision.chosen.shape
+        task_id = str(uuid.uuid4())
+        verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
         handle = TaskHandle(
-            id=str(uuid.uuid4()),
+            id=task_id,
             label=task.label,
             envelope=envelope,
             decision=decision,
@@ -162,12 +195,23 @@ class Coordinator:
             bus=self.events,
             task=task,
         )
+        handle.wants = Milestones.of(milestones)
         if on_event is not None:
             handle.add_callback(on_event)
+        for hook in hooks:
+            self.hooks.add(hook, {handle.id})
+        if verdict.held:
+            return self._hold(handle, task, caller, verdict)
+        return self._ship(handle, task)
+
+    def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+        decision = handle.decision
+        shape = decision.chosen.shape
+        if self.store is not None:  # durable before anything is shipped or acknowledged
+            self.store.insert_task(_task_row(handle, task))  # StoreError: nothing shipped
         with self._lock:
             self._handles[handle.id] = handle
-        if self.store is not None:  # durable before anything is shipped or acknowledged
-            self.store.insert_task(_task_row(handle, task))
+        self._watch(handle)
         self.events.emit(
             "task.queued",
             handle.id,
@@ -176,7 +220,7 @@ class Coordinator:
             predicted_wait_s=decision.chosen.predicted_wait_s,
         )
         try:
-            fut = self.backends[shape.site].submit(task, shape)
+            fut = self.backends[shape.site].submit(self._shipped(handle, task), shape)
         except Exception as e:
             self._fail(handle, f"submission to {shape.site} failed: {e}", "")
             raise FederationError(f"submission to {shape.site} failed: {e}") from e
@@ -187,6 +231,125 @@ class Coordinator:
                 self.store.update_task(handle.id, compute_task_id=tid)
         fut.add_done_callback(lambda f: self._on_done(handle, f))
         return handle
+
+    # --- policy: tasks held for an operator -------------------------------------------------
+    def _hold(
+        self, handle: TaskHandle, task: TaskSpec, caller: str, outcome: PolicyOutcome
+    ) -> TaskHandle:
+        """Keep a placed task unshipped until an operator approves or rejects it."""
+        self.held.hold(
+            task_id=handle.id,
+            caller=caller,
+            label=handle.label,
+            task=task,
+            envelope=handle.envelope,
+            decision=handle.decision,
+            code_hash=handle.code_hash,
+            outcome=outcome,
+        )
+        handle.notes.append(f"held for an operator: {outcome.summary()}")
+        with self._lock:
+            self._handles[handle.id] = handle
+        self.events.emit(
+            "policy.unresolved",
+            handle.id,
+            handle.site,
+            caller=caller,
+            shape=handle.shape.describe(),
+            rules=[f.rule for f in outcome.findings],
+            reason=outcome.summary(),
+            hint="held, not shipped: an operator approves or rejects it "
+            "(`federation policy approve|reject TASK_ID`)",
+        )
+        return handle
+
+    def pending_policy(self) -> list[HeldTask]:
+        """Tasks held by the policy gate, waiting for :meth:`approve` or :meth:`reject`."""
+        return self.held.pending()
+
+    def approve(self, task_id: str, actor: str = LOCAL_CALLER) -> TaskHandle:
+        """Ship a held task on the shape it was placed on (``policy.approved``, then the
+        usual ``task.queued``...)."""
+        held = self._held(task_id)
+        if not self.held.resolve(task_id, "approved", actor, None):
+            raise FederationError(f"task {task_id} was decided meanwhile; nothing to approve")
+        h = self._held_handle(held)
+        task = h.task if h.task is not None else self.held.task(task_id)
+        assert task is not None
+        h.task = task
+        self.gate.record(
+            "approved",
+            held.caller,
+            task,
+            h.shape,
+            held.outcome,
+            task_id=task_id,
+            actor=actor,
+            message=f"approved by {actor}: {held.why}",
+        )
+        self.events.emit("policy.approved", task_id, h.site, actor=actor, caller=held.caller)
+        return self._ship(h, task)
+
+    def reject(
+        self, task_id: str, reason: str = "rejected by an operator", actor: str = LOCAL_CALLER
+    ) -> TaskHandle:
+        """Fail a held task with ``reason`` (``policy.rejected``, then ``task.failed``)."""
+        held = self._held(task_id)
+        if not self.held.resolve(task_id, "rejected", actor, reason):
+            raise FederationError(f"task {task_id} was decided meanwhile; nothing to reject")
+        h = self._held_handle(held)
+        self.gate.record(
+            "rejected",
+            held.caller,
+            h.task,
+            h.shape,
+            held.outcome,
+            task_id=task_id,
+            label=held.label,
+            actor=actor,
+            message=f"rejected by {actor}: {reason}",
+        )
+        self.events.emit(
+            "policy.rejected", task_id, h.site, actor=actor, caller=held.caller, reason=reason
+        )
+        self._fail(h, f"rejected by policy: {reason}", "")
+        return h
+
+    def _held(self, task_id: str) -> HeldTask:
+        held = self.held.get(task_id)
+        if held is None or held.state != "held":
+            state = "unknown" if held is None else held.state
+            raise FederationError(
+                f"task {task_id!r} is not held for approval ({state}); "
+                "`federation policy list` shows the held tasks"
+            )
+        return held
+
+    def _held_handle(self, held: HeldTask) -> TaskHandle:
+        with self._lock:
+            h = self._handles.get(held.task_id)
+        if h is not None:
+            return h
+        task = self.held.task(held.task_id)
+        h = TaskHandle(
+            id=held.task_id,
+            label=held.label,
+            envelope=held.envelope,
+            decision=held.decision,
+            code_hash=held.code_hash,
+            is_shell=isinstance(task, ShellTask),
+            bus=self.events,
+            task=task,
+            submitted_at=held.held_at,
+        )
+        if held.state == "rejected":
+            h.state = "failed"
+            h.error = f"rejected by policy: {held.reason}"
+            h.completed_at = held.resolved_at
+            h._done.set()
+        with self._lock:
+            self._handles.setdefault(h.id, h)
+            return self._handles[h.id]
 
     # --- recovery ---------------------------------------------------------------------------
     def recover(self) -> list[TaskHandle]:
@@ -199,6 +362,9 @@ class Coordinator:
         """
         if self.store is None:
             raise FederationError("recover() needs a store: Coordinator(..., store=Store(path))")
+        for held in self.held.all():  # held or rejected by policy: never in the task table
+            if held.state != "approved":
+                self._held_handle(held)
         reopened: list[TaskHandle] = []
         by_site: dict[str, list[TaskHandle]] = {}
         for row in self.store.tasks():
@@ -232,7 +398,64 @@ class Coordinator:
                     continue
                 h.future = fut
                 fut.add_done_callback(functools.partial(self._on_done, h))
+        self._recover_continuations(reopened)
+        self.transfers.recover()  # open transfers: Globus tasks re-monitored, copies re-run
         return reopened
+
+    # --- move_data ---------------------------------------------------------------------------
+    @property
+    def transfers(self) -> TransferManager:
+        """The transfer manager, built on first use over ``transfer_backends``."""
+        from federation.transfer import LocalCopyBackend, TransferManager
+
+        with self._lock:
+            if self._transfers is None:
+                backends = self.transfer_backends
+                if backends is None:
+                    from federation.sites.spec import site_names
+
+                    home = self.store.path.parent if self.store is not None else None
+                    backends = LocalCopyBackend(list(self.backends) or site_names(), home)
+                self._transfers = TransferManager(backends, self.store, self.events)
+            return self._transfers
+
+    def move_data(
+        self,
+        source_site: str,
+        source_path: str,
+        dest_site: str,
+        dest_path: str,
+        *,
+        label: str | None = None,
+        sync_level: SyncLevel = "checksum",
+        verify_checksum: bool = True,
+        deadline_s: float | None = None,
+        on_event: EventCallback | None = None,
+    ) -> TransferHandle:
+        """Copy a file or folder from one site's storage to another's; returns at once.
+
+        Paths are relative to each site's storage root. The transfer is recorded before
+        this returns; ``transfer.submitted``, ``transfer.progress`` and then
+        ``transfer.completed`` or ``transfer.failed`` (with the reason) follow as events.
+        Unknown sites, paths outside a storage root and a missing source raise a
+        :class:`~federation.errors.TransferError` (or :class:`UnknownSiteError`) before
+        anything is copied.
+        """
+        from federation.transfer import DataRef, TransferRequest
+
+        request = TransferRequest(
+            source=DataRef(site=source_site, path=source_path),
+            destination=DataRef(site=dest_site, path=dest_path),
+            label=label,
+            sync_level=sync_level,
+            verify_checksum=verify_checksum,
+            deadline_s=deadline_s,
+        )
+        return self.transfers.submit(request, on_event=on_event)
+
+    def get_transfer(self, transfer_id: str) -> TransferHandle:
+        """The handle of a transfer ``move_data`` started (also one from before a restart)."""
+        return self.transfers.get(transfer_id)
 
     # --- callbacks from the sites ----------------------------------------------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
@@ -306,6 +529,9 @@ class Coordinator:
             self._fail(handle, message, str(exc), failure=failure.cls)
             return
         value = fut.result()
+        ref = as_ref(value, handle.site)
+        if ref is not None:  # too large to return inline: written to the site's storage
+            handle.value_ref, value = ref, None
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
             self._fail(
                 handle,
@@ -376,7 +602,7 @@ class Coordinator:
             attempt=len(handle.attempts) + 1,
         )
         try:
-            fut = self.backends[shape.site].submit(handle.task, shape)
+            fut = self.backends[shape.site].submit(self._shipped(handle, handle.task), shape)
         except Exception as e:
             self._fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)
             return True
@@ -418,6 +644,8 @@ class Coordinator:
             error=h.error,
             remote_traceback=h.remote_traceback,
             value_json=_value_json(h),
+            value_ref=h.value_ref.model_dump_json() if h.value_ref else None,
+            attempts=json.dumps(h.attempts, default=str),
         )
 
     # --- draft_envelope / cancel ----------------------------------------------------------
@@ -452,15 +680,26 @@ class Coordinator:
         objective: str = "",
         distinct_sites: bool = True,
         on_event: EventCallback | None = None,
+        hooks: Iterable[Hook] = (),
     ) -> GroupHandle:
         """Fan out named children; see :mod:`federation.groups` for re-placement."""
+        return self.groups.submit(
+            children,
+            objective=objective,
+            distinct_sites=distinct_sites,
+            on_event=on_event,
+            hooks=hooks,
+        )
+
+    @property
+    def groups(self) -> GroupManager:
+        """The group manager (``submit_group``), built on first use."""
         from federation.groups import GroupManager
 
-        if self._groups is None:
-            self._groups = GroupManager(self)
-        return self._groups.submit(
-            children, objective=objective, distinct_sites=distinct_sites, on_event=on_event
-        )
+        with self._lock:
+            if self._groups is None:
+                self._groups = GroupManager(self)
+            return self._groups
 
     def _handle(self, handle: TaskHandle | str) -> TaskHandle:
         h = self._handles.get(handle) if isinstance(handle, str) else handle
@@ -476,7 +715,57 @@ class Coordinator:
         h = self._handle(handle)
         if not h.wait(timeout_s):
             raise TimeoutError(f"task {h.id} ({h.label}) still {h.state} after {timeout_s} s")
+        self._account(h)
         return h.manifest()
+
+    # --- continuation: milestones, large results, provenance, recovery of the rest ----------
+    def _watch(self, h: TaskHandle) -> None:
+        self.milestones.watch(
+            h.id,
+            h.site,
+            h.wants or Milestones(),
+            predicted_wait_s=h.decision.chosen.predicted_wait_s,
+            walltime_s=h.envelope.walltime_s,
+            submitted_at=h.submitted_at,
+            started_at=h.started_at,
+        )
+
+    def _shipped(self, h: TaskHandle, task: TaskSpec) -> TaskSpec:
+        name = f"{h.id}-{len(h.attempts) + 1}.result"
+        return shipped(task, h.site, name, self.result_storage, self.inline_limit_bytes)
+
+    def _account(self, h: TaskHandle) -> None:
+        """Record what the site's accounting says about the task's Slurm jobs (sacct)."""
+        ids = list(h.slurm_job_ids)
+        if not ids or (h.accounting is not None and h.accounting.complete):
+            return
+        last = h.accounting
+        if last is not None and (datetime.now(UTC) - last.fetched_at).total_seconds() < 10:
+            return
+        acct = fetch_accounting(h.site, self.backends.get(h.site), ids, ACCOUNTING_TIMEOUT_S)
+        if acct.error and last is not None and last.jobs:
+            return  # keep what an earlier query found
+        h.accounting = acct
+        if self.store is not None:
+            self.store.update_task(h.id, accounting=acct.model_dump_json())
+
+    def _recover_continuations(self, reopened: list[TaskHandle]) -> None:
+        """After a restart: report ends the log missed, watch milestones, re-attach groups."""
+        ended = {
+            e.task_id for e in self.events.history() if e.kind in ("task.completed", "task.failed")
+        }
+        for h in self.handles():
+            if h.done and h.id not in ended and h.completed_at is not None:
+                # the coordinator stopped between recording the end and announcing it
+                kind: Any = "task.completed" if h.state == "completed" else "task.failed"
+                detail: dict[str, Any] = {"recovered": True}
+                if h.error:
+                    detail["error"] = h.error
+                self.events.emit(kind, h.id, h.site, **detail)
+        for h in reopened:
+            if not h.done:
+                self._watch(h)
+        self.groups.recover()
 
     def result_value(self, handle: TaskHandle, timeout_s: float | None = None) -> Any:
         """The return value; raises :class:`TaskFailedError` with the remote traceback."""
@@ -493,11 +782,16 @@ class Coordinator:
         return self.events.history(task_id)
 
     def close(self) -> None:
+        self.milestones.close()
+        self.hooks.close()
         for b in self.backends.values():
             b.close()
+        if self._transfers is not None:
+            self._transfers.close()
 
 
 ACK_TIMEOUT_S = 30.0
+ACCOUNTING_TIMEOUT_S = 60.0
 
 
 def _await_task_id(fut: Future[Any], timeout_s: float) -> str | None:
@@ -531,6 +825,7 @@ def _task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
         "compute_task_id": None,
         "state": "queued",
         "submitted_at": h.submitted_at.isoformat(),
+        "milestones": h.wants.model_dump_json() if h.wants else None,
     }
 
 
@@ -544,10 +839,8 @@ def _value_json(h: TaskHandle) -> str | None:
             "stderr": getattr(v, "stderr", ""),
             "returncode": getattr(v, "returncode", None),
         }
-    try:
-        return json.dumps({"value": v})
-    except (TypeError, ValueError):
-        return json.dumps({"repr": repr(v)[:10_000]})
+    value, is_json, text = json_value(v)
+    return json.dumps({"value": value} if is_json else {"repr": text})
 
 
 def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
@@ -567,6 +860,14 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
         error=row["error"],
         remote_traceback=row["remote_traceback"] or "",
     )
+    if row.get("milestones"):
+        h.wants = Milestones.model_validate_json(row["milestones"])
+    if row.get("value_ref"):
+        h.value_ref = ResultRef.model_validate_json(row["value_ref"])
+    if row.get("attempts"):
+        h.attempts = list(json.loads(row["attempts"]))
+    if row.get("accounting"):
+        h.accounting = Accounting.model_validate_json(row["accounting"])
     if row["value_json"]:
         stored = json.loads(row["value_json"])
         value = stored.get("value", stored.get("repr"))
@@ -576,7 +877,7 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
     return h
 
 
-_EXC_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit)\w*:")
+_EXC_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit|Lost)\w*:")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -585,4 +886,5 @@ def _first_line(exc: BaseException) -> str:
     for ln in reversed(lines):
         if _EXC_LINE.match(ln):
             return ln
-    return lines[0] if lines else type(exc).__name__
+    worded = [ln for ln in lines if any(c.isalnum() for c in ln)]  # not a '+++' banner
+    return worded[0] if worded else type(exc).__name__
