@@ -1,0 +1,91 @@
+"""Fault injection: the coordinator SIGKILLed inside ``submit_task``.
+
+What the user sees after a restart (``LocalSites.connect(durable=True)``): a task the
+coordinator recorded but never shipped is failed once with the reason ("the coordinator
+stopped before the site acknowledged this submission; it never ran: submit it again"),
+and the site never received it. (A kill after the site acknowledged the task is covered
+by ``tests/test_recovery.py``: the task completes exactly once.)
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federation.local import LocalSites
+from federation.store import Store
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fresh_store(home: Path) -> Path:
+    db = home / "coordinator.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return db
+
+
+def _site_task_count(home: Path) -> int:
+    db = home / "endpoints" / "local" / "tasks.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as c:
+        return int(c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
+
+
+def test_sigkill_inside_submit_before_shipping(local_federation: Any) -> None:
+    home = local_federation.home
+    LocalSites(home=home, sites=["local"]).up()
+    db = _fresh_store(home)
+    child = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "crash_in_submit.py"),
+            str(home),
+            "before_ship",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+        check=False,
+    )
+    assert child.returncode == -9, (child.returncode, child.stderr[-2000:])
+    assert "SHIPPING" in child.stdout and "NOT KILLED" not in child.stdout
+    site_tasks = int(child.stdout.split("SITE_TASKS ", 1)[1].split()[0])
+    rows = Store(db).tasks()
+    assert len(rows) == 1 and rows[0]["compute_task_id"] is None  # recorded, not acked
+    tid = rows[0]["id"]
+
+    local = LocalSites(home=home, sites=["local"])
+    coord = local.connect(durable=True, telemetry=False)
+    try:
+        r = coord.get_result(tid, timeout_s=10)
+        assert r.status == "failed"
+        assert "never ran" in (r.error or "") and "submit it again" in (r.error or "")
+        ends = Counter(e.kind for e in coord.events.history() if e.task_id == tid)
+        assert ends["task.failed"] == 1 and ends["task.completed"] == 0
+        assert _site_task_count(home) == site_tasks, "the site received the task anyway"
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()
+    # a second restart reports nothing new: the failure was recorded once, durably
+    again = LocalSites(home=home, sites=["local"])
+    coord2 = again.connect(durable=True, telemetry=False)
+    try:
+        ends = Counter(e.kind for e in coord2.events.history() if e.task_id == tid)
+        assert ends["task.failed"] == 1
+    finally:
+        coord2.close()
+        if again.service is not None:
+            again.service.close()
