@@ -18,7 +18,9 @@ jobs are placed by the simulator's own node choice, which can differ.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -32,8 +34,15 @@ from federation.snapshot import JobRecord, PartitionSnapshot, SiteSnapshot
 class TwinPredictor:
     """Wait quantiles per candidate from a per-site twin (cached per snapshot).
 
-    ``quantiles``: the usage-model quantiles behind the reported median and upper wait
-    (a *lower* usage quantile means jobs end sooner, so it gives the optimistic wait).
+    ``q_mid``/``q_high``: the quantiles behind the reported median and upper wait.
+
+    ``samples=0`` plugs one usage-model quantile into every job (a *lower* usage quantile
+    means jobs end sooner, so it gives the optimistic wait). That is biased when jobs end at
+    widely spread times: a probe waits for the *first* jobs to end, and the earliest of many
+    medians is later than the median of the earliest. ``samples=K`` instead draws each job's
+    run time from the usage distribution, independently per job, in ``K`` twins (seeded
+    from the site and snapshot time, so decisions are reproducible), and reports the
+    ``q_mid`` and ``q_high`` quantiles of the ``K`` waits.
     """
 
     def __init__(
@@ -44,23 +53,35 @@ class TwinPredictor:
         q_mid: float = 0.5,
         q_high: float = 0.8,
         start_delay_s: float = 0.0,
+        samples: int = 0,
     ) -> None:
         self.specs = dict(specs)
         self.usage = usage
         self.q_mid, self.q_high = q_mid, q_high
         self.start_delay_s = start_delay_s
+        self.samples = samples
         self._cache: dict[tuple[str, datetime, float], SimSite] = {}
 
     def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
+        """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
         key = (site.site, site.taken_at, q)
         tw = self._cache.get(key)
         if tw is None:
-            if len(self._cache) > 64:
+            if len(self._cache) > 64 + 2 * self.samples:
                 self._cache.clear()
             tw = self._cache[key] = self._build(site, now, q)
         return tw
 
+    def _quantiles(self, site: SiteSnapshot, q: float) -> Callable[[], float]:
+        """Each job's usage quantile: ``q`` for all, or (``q < 0``) an independent draw."""
+        if q >= 0:
+            return lambda: q
+        seed = zlib.crc32(f"{site.site}|{site.taken_at.isoformat()}|{q}".encode())
+        rng = random.Random(seed)
+        return rng.random
+
     def _build(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
+        draw = self._quantiles(site, q)
         spec = self.specs[site.site]
         known = {p.name for p in spec.partitions}
         index: dict[str, dict[str, int]] = {p: {} for p in known}
@@ -82,12 +103,12 @@ class TwinPredictor:
         pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, _id_key(j.job_id)))
         jobs: list[SimJob] = []
         for j in running:
-            job = self._as_running(j, site.site, now, q)
+            job = self._as_running(j, site.site, now, draw())
             if j.node_names and not self._seed(tw, j, job, index[j.partition]):
                 continue  # seeded on its nodes, or it holds no node the twin has
             jobs.append(job)
         n_pend = len(pending)
-        jobs += [self._as_pending(j, site.site, q, n_pend - i) for i, j in enumerate(pending)]
+        jobs += [self._as_pending(j, site.site, draw(), n_pend - i) for i, j in enumerate(pending)]
         tw.submit_many(jobs)
         return tw
 
@@ -163,15 +184,30 @@ class TwinPredictor:
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
     ) -> tuple[float, float, str]:
         """The :data:`~federation.placement.WaitFn` interface."""
-        mid = self.wait(shape, site, now, self.q_mid)
-        high = max(mid, self.wait(shape, site, now, self.q_high))
         n = self.usage.samples(site.site)
+        if self.samples > 0 and n > 0:
+            waits = sorted(self.wait(shape, site, now, -1.0 - k) for k in range(self.samples))
+            mid = _quantile(waits, self.q_mid)
+            high = max(mid, _quantile(waits, self.q_high))
+            how = f"{self.samples} sampled twins"
+        else:
+            mid = self.wait(shape, site, now, self.q_mid)
+            high = max(mid, self.wait(shape, site, now, self.q_high))
+            how = "quantile twin"
         why = (
             f"twin: {part.jobs_running} running, {part.jobs_pending} pending; median wait "
             f"{mid:.0f} s, p{int(self.q_high * 100)} {high:.0f} s "
-            f"(usage model from {n} finished jobs)"
+            f"({how}, usage model from {n} finished jobs)"
         )
         return mid, high, why
+
+
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    """Linear-interpolated quantile ``q`` of an ascending, non-empty list."""
+    pos = q * (len(sorted_vals) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

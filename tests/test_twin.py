@@ -145,3 +145,47 @@ def test_twin_equals_the_truth_when_jobs_run_to_their_limits(seed: int) -> None:
     for s in (shape(1, 60), shape(8, 600), shape(2, 3000, gpus=1), shape(8, 5000, gpus=2)):
         truth = site.what_if(probe(s))[0] - site.now
         assert twin_wait(spec, snap, s) == pytest.approx(truth, abs=1e-3), s
+
+
+def _spread_usage(site: str = "sim") -> UsageRatioModel:
+    """Half the finished jobs used 10% of their limit, half 90%."""
+    usage = UsageRatioModel()
+    for i in range(100):
+        usage.observe(site, 1000.0, 100.0 if i % 2 else 900.0)
+    return usage
+
+
+def test_sampled_twin_waits_for_the_first_of_many_ends() -> None:
+    """Two running jobs, each ending at 10% or 90% of its limit with equal odds: a probe that
+    needs either one's CPUs waits for the first end, 100 s with probability 3/4. One twin at
+    the median usage ends both at 900 s; sampled twins see the earliest end."""
+    spec = make_spec(nodes=1, cpus=4)
+    site = SimSite(spec)
+    site.submit_many([job(2, 1000), job(2, 1000)])
+    site.advance(0.5)
+    snap = site.snapshot()
+    half = shape(2, 3600)
+    part = snap.partitions[0]
+    quantile = TwinPredictor({"sim": spec}, _spread_usage())
+    mid_q, _, why_q = quantile(half, part, snap, snap.taken_at)
+    assert mid_q == pytest.approx(899.5, abs=1.0)
+    assert "quantile twin" in why_q
+    sampled = TwinPredictor({"sim": spec}, _spread_usage(), samples=16, q_high=0.9)
+    mid_s, high_s, why_s = sampled(half, part, snap, snap.taken_at)
+    assert mid_s == pytest.approx(99.5, abs=1.0)
+    assert high_s == pytest.approx(899.5, abs=1.0)  # some draws end both late
+    assert "16 sampled twins" in why_s
+    # reproducible: the same snapshot gives the same draws
+    assert sampled(half, part, snap, snap.taken_at)[:2] == (mid_s, high_s)
+
+
+def test_sampled_twin_without_history_is_slurms_estimate() -> None:
+    spec = make_spec(nodes=1, cpus=4)
+    site = SimSite(spec)
+    site.submit_many([job(2, 1000), job(2, 1000)])
+    site.advance(0.5)
+    snap = site.snapshot()
+    p = TwinPredictor({"sim": spec}, UsageRatioModel(), samples=8)
+    mid, high, why = p(shape(2, 3600), snap.partitions[0], snap, snap.taken_at)
+    assert (mid, high) == (pytest.approx(999.5, abs=1.0), pytest.approx(999.5, abs=1.0))
+    assert "quantile twin" in why
