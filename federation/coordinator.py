@@ -100,6 +100,8 @@ class Coordinator:
         self._lock = threading.Lock()
         self._handles: dict[str, TaskHandle] = {}
         self._by_compute_id: dict[str, TaskHandle] = {}
+        self._unindexed: dict[str, TaskHandle] = {}
+        """Handles whose Globus Compute task id was not yet seen by the index."""
         self._last_snapshot: FederationSnapshot | None = None
         self._groups: GroupManager | None = None
 
@@ -211,6 +213,7 @@ class Coordinator:
             self.store.insert_task(_task_row(handle, task))  # StoreError: nothing shipped
         with self._lock:
             self._handles[handle.id] = handle
+            self._unindexed[handle.id] = handle
         self._watch(handle)
         self.events.emit(
             "task.queued",
@@ -250,6 +253,7 @@ class Coordinator:
         handle.notes.append(f"held for an operator: {outcome.summary()}")
         with self._lock:
             self._handles[handle.id] = handle
+            self._unindexed[handle.id] = handle
         self.events.emit(
             "policy.unresolved",
             handle.id,
@@ -373,6 +377,7 @@ class Coordinator:
             h = _handle_from_row(row, self.events)
             with self._lock:
                 self._handles[h.id] = h
+                self._unindexed[h.id] = h
             if h.state in ("completed", "failed"):
                 h._done.set()
                 continue
@@ -501,9 +506,11 @@ class Coordinator:
             h = self._by_compute_id.get(tid)
             if h is not None:
                 return h
-            for cand in self._handles.values():
-                if cand.compute_task_id is not None:
-                    self._by_compute_id[cand.compute_task_id] = cand
+            for cand in list(self._unindexed.values()):  # only handles not indexed yet
+                cid = cand.compute_task_id
+                if cid is not None:
+                    self._by_compute_id[cid] = cand
+                    del self._unindexed[cand.id]
             return self._by_compute_id.get(tid)
 
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
@@ -681,6 +688,8 @@ class Coordinator:
         distinct_sites: bool = True,
         on_event: EventCallback | None = None,
         hooks: Iterable[Hook] = (),
+        snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
     ) -> GroupHandle:
         """Fan out named children; see :mod:`federation.groups` for re-placement."""
         return self.groups.submit(
@@ -689,6 +698,8 @@ class Coordinator:
             distinct_sites=distinct_sites,
             on_event=on_event,
             hooks=hooks,
+            snapshot=snapshot,
+            caller=caller,
         )
 
     @property

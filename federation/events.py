@@ -88,7 +88,13 @@ class EventBus:
         self._persist = log
         self._log: list[Event] = log.events() if log is not None else []
         self._seq = itertools.count(self._log[-1].seq + 1 if self._log else 1)
-        self._subs: list[_Subscriber] = []
+        self._all: list[_Subscriber] = []
+        """Subscribers to every event."""
+        self._by_task: dict[str, list[_Subscriber]] = {}
+        """Subscribers to one task's (or group's) events: emit costs O(its subscribers)."""
+        self._task_log: dict[str, list[Event]] = {}
+        for ev in self._log:
+            self._task_log.setdefault(ev.task_id, []).append(ev)
 
     def subscribe(
         self, callback: EventCallback, task_id: str | None = None, *, replay: bool = False
@@ -102,10 +108,22 @@ class EventBus:
         sub = _Subscriber(callback, task_id)
         with sub.lock:
             with self._lock:
-                self._subs.append(sub)
-                past = [e for e in self._log if sub.wants(e)] if replay else []
+                if task_id is None:
+                    self._all.append(sub)
+                    past = list(self._log) if replay else []
+                else:
+                    self._by_task.setdefault(task_id, []).append(sub)
+                    past = list(self._task_log.get(task_id, ())) if replay else []
             for ev in past:
                 sub.call(ev)
+
+    def unsubscribe(self, callback: EventCallback, task_id: str | None = None) -> None:
+        """Stop calling ``callback`` (as subscribed with the same ``task_id``)."""
+        with self._lock:
+            subs = self._all if task_id is None else self._by_task.get(task_id, [])
+            subs[:] = [s for s in subs if s.callback != callback]
+            if task_id is not None and not subs:
+                self._by_task.pop(task_id, None)
 
     def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
         with self._lock:
@@ -120,7 +138,8 @@ class EventBus:
             if self._persist is not None:  # written before anyone is told
                 self._persist.append_event(ev)
             self._log.append(ev)
-            subs = [sub for sub in self._subs if sub.wants(ev)]
+            self._task_log.setdefault(task_id, []).append(ev)
+            subs = [*self._by_task.get(task_id, ()), *self._all]
             self._changed.notify_all()
         for sub in subs:
             with sub.lock:
@@ -129,7 +148,7 @@ class EventBus:
 
     def history(self, task_id: str | None = None) -> list[Event]:
         with self._lock:
-            return [e for e in self._log if task_id is None or e.task_id == task_id]
+            return list(self._log) if task_id is None else list(self._task_log.get(task_id, ()))
 
     def await_event(
         self,

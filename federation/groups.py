@@ -32,10 +32,12 @@ from federation.errors import NoFeasibleSiteError
 from federation.events import Event, EventCallback
 from federation.handles import TaskHandle
 from federation.hooks import Hook
+from federation.security.policy import LOCAL_CALLER
 from federation.tasks import TaskSpec
 
 if TYPE_CHECKING:
     from federation.coordinator import Coordinator
+    from federation.snapshot import FederationSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +73,13 @@ class GroupHandle:
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     hooks: tuple[Hook, ...] = ()
     """Hooks for the group's events; each child is submitted with them too."""
+    caller: str = LOCAL_CALLER
+    """Whose policy every child (and every re-placement) is checked against."""
     _done: threading.Event = field(default_factory=threading.Event)
     _replacing: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
+    _submitting: bool = False
+    """True while children are still being submitted: no round can end before that."""
 
     @property
     def done(self) -> bool:
@@ -106,7 +112,14 @@ class GroupManager:
         distinct_sites: bool = True,
         on_event: EventCallback | None = None,
         hooks: Iterable[Hook] = (),
+        snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
     ) -> GroupHandle:
+        """Submit every child (each through the caller's policy gate); returns at once.
+
+        ``snapshot``: place the children on this snapshot (default: the coordinator's,
+        no older than its probe interval).
+        """
         if not children:
             raise ValueError("a group needs at least one child")
         names = [n for n, _, _ in children]
@@ -117,7 +130,9 @@ class GroupManager:
             objective=objective,
             distinct_sites=distinct_sites,
             children=[GroupChild(n, t, e) for n, t, e in children],
+            caller=caller,
         )
+        g._submitting = True
         g.hooks = tuple(hooks)
         for hk in g.hooks:
             self.coord.hooks.add(hk, {g.id})
@@ -127,7 +142,7 @@ class GroupManager:
         if on_event is not None:
             self.coord.events.subscribe(on_event, task_id=g.id)
         used: set[str] = set()
-        snap = self.coord.inspect_federation()
+        snap = snapshot or self.coord.snapshot()
         for child in g.children:
             env = child.envelope
             if distinct_sites:
@@ -136,11 +151,15 @@ class GroupManager:
                     env = env.model_copy(update={"sites": tuple(allowed)})
             assert child.task is not None
             try:
-                h = self.coord.submit_task(child.task, env, snapshot=snap, hooks=g.hooks)
+                h = self.coord.submit_task(
+                    child.task, env, snapshot=snap, hooks=g.hooks, caller=caller
+                )
             except NoFeasibleSiteError:
                 if env is child.envelope:
                     raise
-                h = self.coord.submit_task(child.task, child.envelope, snapshot=snap, hooks=g.hooks)
+                h = self.coord.submit_task(
+                    child.task, child.envelope, snapshot=snap, hooks=g.hooks, caller=caller
+                )
             child.attempts.append(h)
             self._persist(g, "running")
             used.add(h.site)
@@ -152,6 +171,12 @@ class GroupManager:
             objective=objective,
             placements={c.name: c.handle.site for c in g.children},
         )
+        with self._lock:
+            g._submitting = False
+        # children that finished while their siblings were still being submitted
+        done_early = [c for c in g.children if c.handle.done]
+        if done_early:
+            self._evaluate(g)
         return g
 
     def _on_child_event(self, g: GroupHandle, ev: Event) -> None:
@@ -173,6 +198,13 @@ class GroupManager:
             current = {c.handle.id for c in g.children if c.attempts}
             if ev.task_id not in current or ev.task_id in g._replacing:
                 return  # an attempt being (or already) replaced
+        self._evaluate(g)
+
+    def _evaluate(self, g: GroupHandle) -> None:
+        """After a child ended: end the round, or release a still-queued child."""
+        with self._lock:
+            if g._submitting:
+                return  # submit() evaluates once every child has been submitted
             terminal = [c for c in g.children if not c.attempts or c.handle.done]
             queued = [c for c in g.children if c.attempts and c.handle.state == "queued"]
             finished = len(terminal) == len(g.children) and not g.done
@@ -244,7 +276,9 @@ class GroupManager:
             with self._lock:
                 g._replacing.discard(old.id)
             return  # it started meanwhile
-        new = self.coord.submit_task(child.task, child.envelope, snapshot=snap, hooks=g.hooks)
+        new = self.coord.submit_task(
+            child.task, child.envelope, snapshot=snap, hooks=g.hooks, caller=g.caller
+        )
         with self._lock:
             child.attempts.append(new)
             g.replacements.append({"child": child.name, "from": old.site, "to": new.site})

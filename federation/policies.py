@@ -155,7 +155,8 @@ def shortest_queue() -> Policy:
 
 
 def earliest_start() -> Policy:
-    return Policy(name="earliest-start", key=lambda c: (c.predicted_wait_s, *_tie(c)))
+    # the start counts the stage-in transfer too (0 when the data is already at the site)
+    return Policy(name="earliest-start", key=lambda c: (c.predicted_start_s, *_tie(c)))
 
 
 def best_feasible(runtime_fn: RuntimeFn | None = None) -> Policy:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -32,6 +33,21 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")  # PID 1 here does not reap: a zombie is stopped
 
 
+def code_fingerprint() -> str:
+    """A digest of the code an endpoint runs (``federation`` and ``functions`` sources).
+
+    Workers import shipped functions from these packages; an endpoint started before they
+    changed would run the old code, so ``start`` restarts it.
+    """
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for pkg in ("federation", "functions"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            digest.update(str(f.relative_to(root)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 class EndpointDaemons:
     """The endpoint processes of the local sites, under ``home/endpoints/<site>/``."""
 
@@ -50,11 +66,24 @@ class EndpointDaemons:
         return pid if _alive(pid) else None
 
     def start(self, site: str, site_env: Mapping[str, str], timeout_s: float = 30.0) -> int:
-        """Start the site's endpoint unless it runs; returns its pid (idempotent)."""
-        if (pid := self.pid(site)) is not None:
-            return pid
+        """Start the site's endpoint unless it runs; returns its pid (idempotent).
+
+        An endpoint running older code than this checkout is restarted (its tasks in
+        flight are settled as lost, as after any endpoint restart).
+        """
+        code = code_fingerprint()
         run_dir = self.run_dir(site)
+        if (pid := self.pid(site)) is not None:
+            try:
+                running_code = (run_dir / "endpoint.code").read_text().strip()
+            except OSError:
+                running_code = ""
+            if running_code == code:
+                return pid
+            logger.warning("site %s: endpoint runs older code; restarting it", site)
+            self.stop(site)
         run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "endpoint.code").write_text(code + "\n")
         (run_dir / "endpoint.ready").unlink(missing_ok=True)
         bindir = Path(sys.executable).parent
         env = {

@@ -382,7 +382,11 @@ class LocalOps:
         children = [(n, t, c.envelope) for n, t, c in zip(names, tasks, req.children, strict=True)]
         try:
             g = self.coord.submit_group(
-                children, objective=req.objective, distinct_sites=req.distinct_sites
+                children,
+                objective=req.objective,
+                distinct_sites=req.distinct_sites,
+                snapshot=snap,
+                caller=caller or LOCAL_CALLER,
             )
         except NoFeasibleSiteError as e:
             raise OpsError(
