@@ -1,7 +1,7 @@
 """Agentic control of federated HPC resources through Globus Compute endpoints on Slurm."""
 
 from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope, Shape
+from federation.envelope import ResourceEnvelope, Shape, StageIn
 from federation.errors import (
     BadEnvelopeError,
     FederationError,
@@ -15,19 +15,26 @@ from federation.errors import (
 )
 from federation.events import Event, EventBus
 from federation.handles import TaskHandle, TaskResult
+from federation.hooks import CommandHook, WebhookHook
+from federation.milestones import Milestones
 from federation.placement import PlacementDecision, place
+from federation.security.policy import PolicyViolationError
 from federation.snapshot import FederationSnapshot, SiteSnapshot
 from federation.tasks import PythonTask, ShellTask
+from federation.transfer import TransferHandle
 
 __all__ = [
     "BadEnvelopeError",
+    "CommandHook",
     "Coordinator",
     "Event",
     "EventBus",
     "FederationError",
     "FederationSnapshot",
+    "Milestones",
     "NoFeasibleSiteError",
     "PlacementDecision",
+    "PolicyViolationError",
     "ProbeError",
     "PythonTask",
     "ResourceEnvelope",
@@ -36,10 +43,13 @@ __all__ = [
     "ShellTask",
     "SiteSnapshot",
     "SiteUnavailableError",
+    "StageIn",
     "TaskFailedError",
     "TaskHandle",
     "TaskResult",
     "TemplateVariableError",
+    "TransferHandle",
     "UnknownSiteError",
+    "WebhookHook",
     "place",
 ]

@@ -40,6 +40,10 @@ from federation.sites.spec import SiteSpec
 from federation.snapshot import FederationSnapshot
 
 SortKey = Callable[[Candidate], tuple[float, ...]]
+PrepareFn = Callable[
+    [ResourceEnvelope, Sequence[SiteSpec], FederationSnapshot, datetime, bool], None
+]
+"""Called before a decision's enumeration (e.g. to batch the wait predictions it will ask)."""
 
 
 def _tie(c: Candidate) -> tuple[float, ...]:
@@ -65,6 +69,8 @@ class Policy:
     max_copies: int = 2
     """Copies at most (the chosen one included), each at a different site."""
     notes: dict[str, str] = field(default_factory=dict)
+    prepare: PrepareFn | None = None
+    """Runs before the enumeration; must not change any prediction (only precompute)."""
 
     def decide(
         self,
@@ -73,6 +79,8 @@ class Policy:
         snapshot: FederationSnapshot,
         now: datetime,
     ) -> PlacementDecision:
+        if self.prepare is not None:
+            self.prepare(envelope, sites, snapshot, now, self.ladder)
         cands, rejected = enumerate_candidates(
             envelope, sites, snapshot, now, self.wait_fn, self.runtime_fn, self.ladder
         )
@@ -188,6 +196,7 @@ def twin(
         runtime_fn=runtime_fn,
         ladder=True,
         usefulness=usefulness,
+        prepare=getattr(wait_fn, "prepare", None),
     )
 
 

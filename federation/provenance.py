@@ -64,7 +64,12 @@ class FunctionSite(Protocol):
 
 
 def parse_accounting(site: str, raw: dict[str, Any]) -> Accounting:
-    """The output of :func:`functions.accounting.sacct_jobs` -> :class:`Accounting`."""
+    """The output of :func:`functions.accounting.sacct_jobs` -> :class:`Accounting`.
+
+    Slurm reuses job ids (a controller that lost its state, a counter that wrapped), so
+    sacct can return several jobs under one id; the latest submitted is the task's (its
+    batch job is the newest holder of the id when the task ends).
+    """
     now = datetime.now(UTC)
     host = raw.get("hostname") or "?"
     source = f"sacct on {host}"
@@ -108,12 +113,21 @@ def parse_accounting(site: str, raw: dict[str, Any]) -> Accounting:
                 exit_code=r.exit_code,
             )
         )
+    latest: dict[str, JobAccounting] = {}
+    for j in jobs:
+        prev = latest.get(j.job_id)
+        if prev is None or (j.submit_time or now) >= (prev.submit_time or now):
+            latest[j.job_id] = j
+    jobs = list(latest.values())
     error = None if jobs else "sacct knows none of these jobs (yet)"
     return Accounting(site=site, jobs=tuple(jobs), fetched_at=now, source=source, error=error)
 
 
 def fetch_accounting(
-    site: str, backend: object, job_ids: list[str], timeout_s: float = 30.0
+    site: str,
+    backend: object,
+    job_ids: list[str],
+    timeout_s: float = 30.0,
 ) -> Accounting:
     """Ask ``site`` (through its endpoint) what its accounting knows about ``job_ids``."""
     now = datetime.now(UTC)

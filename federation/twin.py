@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from federation.envelope import Shape
+from federation.envelope import ResourceEnvelope, Shape
+from federation.placement import enumerate_candidates
 from federation.runtime_model import UsageRatioModel
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 from federation.sites.spec import SiteSpec
-from federation.snapshot import JobRecord, PartitionSnapshot, SiteSnapshot
+from federation.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
+
+_ProbeKey = tuple[str, float, int, int, int, int]
+_WaitKey = tuple[str, datetime, float, _ProbeKey]
 
 
 class TwinPredictor:
@@ -43,6 +47,11 @@ class TwinPredictor:
     run time from the usage distribution, independently per job, in ``K`` twins (seeded
     from the site and snapshot time, so decisions are reproducible), and reports the
     ``q_mid`` and ``q_high`` quantiles of the ``K`` waits.
+
+    Waits are memoized per (snapshot, twin, probe shape), so policies sharing a predictor
+    pay once; :meth:`prepare` computes every shape a decision will ask for in one
+    :meth:`SimSite.what_if_many` pass per twin and partition (exact: the same numbers as
+    asking one shape at a time).
     """
 
     def __init__(
@@ -61,16 +70,24 @@ class TwinPredictor:
         self.start_delay_s = start_delay_s
         self.samples = samples
         self._cache: dict[tuple[str, datetime, float], SimSite] = {}
+        self._waits: dict[_WaitKey, float] = {}
 
     def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
         """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
         key = (site.site, site.taken_at, q)
         tw = self._cache.get(key)
         if tw is None:
-            if len(self._cache) > 64 + 2 * self.samples:
-                self._cache.clear()
+            if len(self._cache) > 4 * self._cache_size():  # a safety net; see prepare()
+                self._evict()
             tw = self._cache[key] = self._build(site, now, q)
         return tw
+
+    def _cache_size(self) -> int:
+        return 64 + 2 * self.samples
+
+    def _evict(self) -> None:
+        self._cache.clear()
+        self._waits.clear()
 
     def _quantiles(self, site: SiteSnapshot, q: float) -> Callable[[], float]:
         """Each job's usage quantile: ``q`` for all, or (``q < 0``) an independent draw."""
@@ -175,10 +192,71 @@ class TwinPredictor:
             priority=0,
         )
 
+    @staticmethod
+    def _probe_key(shape: Shape) -> _ProbeKey:
+        return (
+            shape.partition,
+            float(shape.walltime_s),
+            shape.nodes,
+            shape.cpus,
+            shape.mem_gb,
+            shape.gpus,
+        )
+
+    def _qs(self, site: str) -> list[float]:
+        """The twins :meth:`__call__` consults for ``site``: sampled, or two quantiles."""
+        if self.samples > 0 and self.usage.samples(site) > 0:
+            return [-1.0 - k for k in range(self.samples)]
+        return [self.q_mid, self.q_high]
+
     def wait(self, shape: Shape, site: SiteSnapshot, now: datetime, q: float) -> float:
-        tw = self.twin(site, now, q)
-        start, _ = tw.what_if(self._probe_job(shape, 60.0))
-        return max(0.0, start - tw.now - self.start_delay_s)
+        key = (site.site, site.taken_at, q, self._probe_key(shape))
+        w = self._waits.get(key)
+        if w is None:
+            tw = self.twin(site, now, q)
+            start, _ = tw.what_if(self._probe_job(shape, 60.0))
+            w = self._waits[key] = max(0.0, start - tw.now - self.start_delay_s)
+        return w
+
+    def prepare(
+        self,
+        envelope: ResourceEnvelope,
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+        ladder: bool,
+    ) -> None:
+        """Compute the waits of every shape a decision on ``envelope`` will ask for.
+
+        One forward pass per twin and partition for all the shapes
+        (:meth:`SimSite.what_if_many`) instead of one per shape; the results land in the
+        memo that :meth:`wait` reads, so the decision itself is unchanged.
+        """
+        if len(self._cache) > self._cache_size():  # between decisions, not in the middle
+            self._evict()
+        asked: dict[str, tuple[SiteSnapshot, dict[_ProbeKey, Shape]]] = {}
+
+        def record(
+            shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, _now: datetime
+        ) -> tuple[float, float, str]:
+            asked.setdefault(site.site, (site, {}))[1].setdefault(self._probe_key(shape), shape)
+            return 0.0, 0.0, ""
+
+        enumerate_candidates(envelope, sites, snapshot, now, record, None, ladder)
+        for site, shapes in asked.values():
+            for q in self._qs(site.site):
+                todo = [
+                    (k, sh)
+                    for k, sh in shapes.items()
+                    if (site.site, site.taken_at, q, k) not in self._waits
+                ]
+                if not todo:
+                    continue
+                tw = self.twin(site, now, q)
+                starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
+                for (k, _), (start, _) in zip(todo, starts, strict=True):
+                    wait = max(0.0, start - tw.now - self.start_delay_s)
+                    self._waits[(site.site, site.taken_at, q, k)] = wait
 
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
@@ -186,7 +264,7 @@ class TwinPredictor:
         """The :data:`~federation.placement.WaitFn` interface."""
         n = self.usage.samples(site.site)
         if self.samples > 0 and n > 0:
-            waits = sorted(self.wait(shape, site, now, -1.0 - k) for k in range(self.samples))
+            waits = sorted(self.wait(shape, site, now, q) for q in self._qs(site.site))
             mid = _quantile(waits, self.q_mid)
             high = max(mid, _quantile(waits, self.q_high))
             how = f"{self.samples} sampled twins"

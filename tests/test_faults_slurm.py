@@ -119,15 +119,22 @@ def test_slurmctld_killed_and_restarted(
     assert down.health.error, "an unreachable site must say why"
 
     faults.restore_controller(timeout_s=120)
-    r = coord.get_result(running, timeout_s=300)
-    assert r.status == "completed", (r.error, r.remote_traceback)
-    assert done.read_text().splitlines() == [f"{SITE} {marker.read_text().strip()}"]
+    r = coord.get_result(running, timeout_s=400)
+    # A SIGKILLed slurmctld recovers only the state it had saved: a job started just before
+    # the kill can be unknown to it after the restart, and Slurm then kills that job on its
+    # node. Either way the task ends exactly once, and a failure says why.
+    lines = done.read_text().splitlines() if done.exists() else []
+    if r.status == "completed":
+        assert lines == [f"{SITE} {marker.read_text().strip()}"]
+    else:
+        assert "ManagerLost" in (r.error or "") or "WorkerLost" in (r.error or ""), r.error
+        assert len(lines) <= 1
     q = coord.get_result(queued, timeout_s=400)
     if q.status == "failed":
         assert q.error, "a failure must carry its reason"
     else:
         assert len(Path(str(done) + "-q").read_text().splitlines()) == 1
-    assert _ended_once(events, running.id) == "completed"
+    assert _ended_once(events, running.id) == r.status
     _ended_once(events, queued.id)
 
     after = coord.inspect_federation().site(SITE)

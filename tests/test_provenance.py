@@ -48,6 +48,20 @@ def test_accounting_failures_are_reported_not_raised() -> None:
     assert cannot.error == "this site cannot run functions on its login node"
 
 
+def test_a_reused_job_id_resolves_to_the_latest_job() -> None:
+    # a controller that lost its state hands out ids again: sacct shows both holders
+    text = (
+        "JobID|JobName|State|Partition|Submit|Start|End|Elapsed|NodeList|AllocTRES|ExitCode\n"
+        "201|old|PENDING||2026-01-05T09:00:00|Unknown|Unknown|00:00:04|n01||0:0\n"
+        "201|parsl.block-0|COMPLETED|debug|2026-01-05T10:00:00|2026-01-05T10:00:02|"
+        "2026-01-05T10:00:09|00:00:07|n01|cpu=1|0:0\n"
+    )
+    acct = parse_accounting("local", {"hostname": "h", "rc": 0, "stdout": text})
+    (job,) = acct.jobs
+    assert (job.job_name, job.state, job.partition) == ("parsl.block-0", "completed", "debug")
+    assert job.queue_wait_s == 2.0
+
+
 @pytest.mark.slurm
 def test_manifest_carries_the_batch_jobs_accounting(coord: Any) -> None:
     env = ResourceEnvelope(sites=("local",), cpus_min=1, mem_gb_min=1, walltime_s=300)
