@@ -24,6 +24,7 @@ import sys
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -48,7 +49,7 @@ from federation.policies import (  # noqa: E402
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimSite  # noqa: E402
-from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
+from federation.sim.traces import TraceJob, default_trace_dir, load_swf  # noqa: E402
 from federation.sites.spec import SiteSpec, load_sites  # noqa: E402
 from federation.snapshot import FederationSnapshot, SiteSnapshot  # noqa: E402
 from federation.twin import TwinPredictor  # noqa: E402
@@ -102,8 +103,8 @@ def true_runtime(w: Workload, shape: Shape, spec: SiteSpec, noise: float) -> flo
     part = spec.partition(shape.partition)
     units = shape.gpus if w.envelope.gpus_min else shape.cpus
     base_units = w.envelope.gpus_min or w.envelope.cpus_min
-    speed = GPU_SPEED[part.gpu_type] if shape.gpus else CPU_SPEED[spec.name]
-    return w.base_s / speed / (w.speedup ** np.log2(units / base_units)) * noise
+    speed = GPU_SPEED[part.gpu_type or "a100"] if shape.gpus else CPU_SPEED[spec.name]
+    return float(w.base_s / speed / (w.speedup ** np.log2(units / base_units)) * noise)
 
 
 def node_counts(spec: SiteSpec) -> dict[str, int]:
@@ -122,7 +123,7 @@ class Cell:
 
 def run_cell(
     trace_name: str,
-    trace: object,
+    trace: Sequence[TraceJob],
     regime: str,
     seed: int,
     hours: float,
@@ -130,6 +131,7 @@ def run_cell(
     probe_interval_s: float,
     max_copies: int = 2,
     twin_samples: int = 0,
+    single_samples: int = 0,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -139,7 +141,7 @@ def run_cell(
         load = background_load(
             spec,
             trace,
-            target_utilization=REGIMES[regime][name],  # type: ignore[arg-type]
+            target_utilization=REGIMES[regime][name],
             duration_s=(warmup_h + hours + 24) * 3600,
             seed=seed * 7919 + zlib.crc32(name.encode()) % 1000,
             nodes=node_counts(spec),
@@ -151,7 +153,14 @@ def run_cell(
     last_look = 0.0
     runtimes = TaskRuntimeModel()
     twin_pred = TwinPredictor(specs, usage, samples=twin_samples)
-    policies = {w.name: make_policies(twin_pred, runtimes, w, max_copies) for w in WORKLOADS}
+    single = (
+        twin_pred
+        if single_samples == twin_samples
+        else TwinPredictor(specs, usage, samples=single_samples)
+    )
+    policies = {
+        w.name: make_policies(twin_pred, runtimes, w, max_copies, single) for w in WORKLOADS
+    }
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     t = warmup_h * 3600
     end = (warmup_h + hours) * 3600
@@ -239,8 +248,8 @@ def _one_task(
     for pol in policies:
         d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
         copies = [d.chosen, *d.hedges]
-        se = [table[_key(c)] for c in copies]
-        comp, wait, held = hedged(se, t)
+        copy_se = [table[_key(c)] for c in copies]
+        comp, wait, held = hedged(copy_se, t)
         outcomes[pol.name].append(
             Outcome(
                 completion_s=comp,
@@ -268,9 +277,19 @@ def _one_task(
 
 
 def make_policies(
-    twin_pred: TwinPredictor, runtimes: TaskRuntimeModel, w: Workload, max_copies: int = 2
+    twin_pred: TwinPredictor,
+    runtimes: TaskRuntimeModel,
+    w: Workload,
+    max_copies: int = 2,
+    single: TwinPredictor | None = None,
 ) -> list[Policy]:
-    """The compared policies for one workload (runtime predictions from the shared model)."""
+    """The compared policies for one workload (runtime predictions from the shared model).
+
+    ``twin_pred`` feeds ``twin-hedge``; ``single`` (default: the same) feeds ``twin``. A
+    single copy is best placed on the conservative quantile twin: the sampled twins' median
+    wait ignores later arrivals that backfill ahead of the probe, so it is optimistic, and
+    the one copy pays for it in the tail; the hedge covers that risk with its second copy.
+    """
 
     def rt(shape: Shape) -> float:
         return runtimes.predict(w.name, shape, default_s=w.base_s)
@@ -282,12 +301,13 @@ def make_policies(
     )
     bf = best_feasible(rt)
     bf.wait_fn = slurm_estimate
+    bf.prepare = slurm_estimate.prepare  # batched what-ifs: the same numbers, sooner
     return [
         fixed_site("delta"),
         shortest_queue(),
         earliest_start(),
         bf,
-        twin(twin_pred, rt),
+        twin(single or twin_pred, rt),
         twin_hedge(twin_pred, rt, max_copies=max_copies),
     ]
 
@@ -309,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         "--twin-samples",
         type=int,
         default=16,
-        help="twin: sampled queue replays per site (0: one replay at the usage quantile)",
+        help="twin-hedge: sampled queue replays per site (0: one replay at the usage quantile)",
+    )
+    ap.add_argument(
+        "--twin-single-samples",
+        type=int,
+        default=0,
+        help="twin (single copy): sampled replays per site (0: the quantile twin)",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
@@ -337,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.probe_interval_s,
                     args.max_copies,
                     args.twin_samples,
+                    args.twin_single_samples,
                 )
                 cells.append(cell)
                 print(
@@ -356,7 +383,7 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"# Replay benchmark ({elapsed_s:.0f} s; seeds {args.first_seed}.."
         f"{args.first_seed + args.seeds - 1}, {args.hours:g} h of rounds "
         f"after {args.warmup_h:g} h warm-up, probe interval {args.probe_interval_s:g} s, "
-        f"twin samples {args.twin_samples})",
+        f"twin samples {args.twin_single_samples} (twin) / {args.twin_samples} (twin-hedge))",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

@@ -219,7 +219,8 @@ def _kth_window() -> tuple[dict[str, SiteSpec], dict[str, SimSite], UsageRatioMo
     return specs, sims, usage
 
 
-def test_prepared_sampled_twin_decides_exactly_as_one_shape_at_a_time() -> None:
+@pytest.mark.parametrize("samples", [6, 0])
+def test_prepared_twin_decides_exactly_as_one_shape_at_a_time(samples: int) -> None:
     """The fast path (waits memoized across policies, every shape of a decision batched into
     one what-if pass per twin and partition) gives the very numbers of asking each shape
     alone on fresh twins: same candidates, same predicted waits, same choice."""
@@ -232,7 +233,7 @@ def test_prepared_sampled_twin_decides_exactly_as_one_shape_at_a_time() -> None:
     def rt(s: Shape) -> float:
         return 1200.0 / (s.gpus or s.cpus / 16)
 
-    fast = TwinPredictor(specs, usage, samples=6)
+    fast = TwinPredictor(specs, usage, samples=samples)
     fast_policies = [twin(fast, rt), twin_hedge(fast, rt)]
     assert all(p.prepare is not None for p in fast_policies)
     queued = 0
@@ -244,7 +245,7 @@ def test_prepared_sampled_twin_decides_exactly_as_one_shape_at_a_time() -> None:
         fed = FederationSnapshot(taken_at=now, sites=tuple(s.snapshot() for s in sims.values()))
         for env in envelopes:
             for pol in fast_policies:
-                slow_pol = twin(TwinPredictor(specs, usage, samples=6), rt, name=pol.name)
+                slow_pol = twin(TwinPredictor(specs, usage, samples=samples), rt, name=pol.name)
                 slow_pol.prepare = None  # every wait from its own what-if on a fresh twin
                 slow_pol.hedge_within, slow_pol.hedge_spread_s = (
                     pol.hedge_within,
@@ -254,6 +255,7 @@ def test_prepared_sampled_twin_decides_exactly_as_one_shape_at_a_time() -> None:
                 d_slow = slow_pol.decide(env, list(specs.values()), fed, now)
                 assert d_fast.candidates == d_slow.candidates
                 assert d_fast.hedges == d_slow.hedges
-                assert "6 sampled twins" in d_fast.chosen.why
+                how = f"{samples} sampled twins" if samples else "quantile twin"
+                assert how in d_fast.chosen.why
                 queued += sum(c.predicted_wait_s > 0 for c in d_fast.candidates)
     assert queued > 0  # the window is busy enough that the twins have waits to agree on
