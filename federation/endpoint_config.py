@@ -348,7 +348,8 @@ def _config_header(site: SiteSpec) -> str:
             f"#   globus-compute-endpoint configure federation-{site.name} \\",
             f"#     {files}",
             "# Site settings come from the endpoint's environment: FEDERATION_WORKER_INIT,",
-            "# FEDERATION_ENGINE_ADDRESS, FEDERATION_STRATEGY_PERIOD_S, FEDERATION_MAX_IDLETIME_S.",
+            "# FEDERATION_ENGINE_ADDRESS, FEDERATION_STRATEGY_PERIOD_S, FEDERATION_MAX_IDLETIME_S,",
+            "# FEDERATION_HEARTBEAT_PERIOD_S, FEDERATION_HEARTBEAT_THRESHOLD_S.",
         ]
     return "\n".join(lines) + "\n"
 

@@ -50,6 +50,8 @@ def _site_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "FEDERATION_STRATEGY_PERIOD_S",
         "FEDERATION_MAX_IDLETIME_S",
         "FEDERATION_ENGINE_ADDRESS",
+        "FEDERATION_HEARTBEAT_PERIOD_S",
+        "FEDERATION_HEARTBEAT_THRESHOLD_S",
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FEDERATION_WORKER_INIT", ADMIN_INIT)
@@ -147,6 +149,8 @@ def test_task_profile_full_node(site: str, partition: str) -> None:
         assert engine.executor.max_workers_per_node == 1
         assert engine._job_status_kwargs["strategy_period"] == 0.5
         assert engine._job_status_kwargs["max_idletime"] == 5.0
+        assert engine.executor.heartbeat_period == 30
+        assert engine.executor.heartbeat_threshold == 120
         prov = engine.executor.provider
         assert isinstance(prov, SlurmProvider)
         assert prov.partition == p.name
@@ -200,8 +204,12 @@ def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("FEDERATION_STRATEGY_PERIOD_S", "2")
     monkeypatch.setenv("FEDERATION_MAX_IDLETIME_S", "30")
     monkeypatch.setenv("FEDERATION_ENGINE_ADDRESS", "127.0.0.1")
+    monkeypatch.setenv("FEDERATION_HEARTBEAT_PERIOD_S", "10")
+    monkeypatch.setenv("FEDERATION_HEARTBEAT_THRESHOLD_S", "45")
     monkeypatch.delenv("FEDERATION_WORKER_INIT")
     with loaded(load_site("local"), {"partition": "gpu", "gpus": 2}) as config:
+        assert config.engine.executor.heartbeat_period == 10
+        assert config.engine.executor.heartbeat_threshold == 45
         assert config.engine._job_status_kwargs["strategy_period"] == 2.0
         assert config.engine._job_status_kwargs["max_idletime"] == 30.0
         assert config.engine.executor.address == "127.0.0.1"
@@ -213,9 +221,15 @@ def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_environment_values_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDERATION_STRATEGY_PERIOD_S", "soon")
     monkeypatch.setenv("FEDERATION_MAX_IDLETIME_S", "-4")
+    monkeypatch.setenv("FEDERATION_HEARTBEAT_PERIOD_S", "often")
+    monkeypatch.setenv("FEDERATION_HEARTBEAT_THRESHOLD_S", "1")  # below 2 periods: raised
     rendered = yaml.safe_load(render_user_config(load_site("local"), {"partition": "debug"}))
     kwargs = rendered["engine"]["job_status_kwargs"]
     assert kwargs == {"strategy_period": 0.5, "max_idletime": 0.0}
+    assert (rendered["engine"]["heartbeat_period"], rendered["engine"]["heartbeat_threshold"]) == (
+        30,
+        60,
+    )
 
 
 # --- probe profile -----------------------------------------------------------------------

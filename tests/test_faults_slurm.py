@@ -167,7 +167,7 @@ def test_node_crash_fails_the_task_with_a_reason(
         return h.done and bool(seen_down)
 
     # slurmctld marks the node down after SlurmdTimeout; the engine gives up on the lost
-    # worker pool after its heartbeat threshold (120 s)
+    # worker pool after its heartbeat threshold (45 s on the local federation)
     _wait(ended_or_down, 400, "the task did not end or the node never went down")
     r = coord.get_result(h)
     assert r.status == "failed"

@@ -94,6 +94,9 @@ class EndpointDaemons:
             "FEDERATION_WORKER_INIT": f'export PATH="{bindir}:$PATH"\n'
             f'export GLOBUS_COMPUTE_USER_DIR="{run_dir / "globus_compute"}"',
             "FEDERATION_ENGINE_ADDRESS": "127.0.0.1",
+            # a lost worker pool (crashed node) is noticed in 45 s, not parsl's 120 s
+            "FEDERATION_HEARTBEAT_PERIOD_S": "10",
+            "FEDERATION_HEARTBEAT_THRESHOLD_S": "45",
         }
         log = (run_dir / "endpoint.stdout").open("ab")
         proc = subprocess.Popen(
