@@ -12,7 +12,10 @@ child's placements are written before ``submit_group`` returns and after every m
 restarted coordinator re-attaches every group whose round had not ended (:meth:`recover`):
 its children come back through task recovery, and ``group.round_terminal`` follows, once,
 when the last of them ends. Re-placement needs the child's task in memory, so a group
-re-attached after a restart keeps its children where they are.
+re-attached after a restart keeps its children where they are. A move cut short by a
+restart is settled from the store: the new placement is recorded as it ships, so it stays
+the child's (``group.child_replaced`` with ``recovered``); a child cancelled before its new
+placement was submitted is reported as ``group.exception`` (submit it again).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 REPLACE_MARGIN_S = 30.0
 """Move a queued child only if elsewhere finishes it at least this much sooner."""
+
+REPLACED = "re-placed by its group"
+"""The error of a placement its group cancelled to move the child elsewhere."""
 
 
 @dataclass
@@ -256,6 +262,7 @@ class GroupManager:
                 child=child.name,
                 error=f"re-placement failed: {type(e).__name__}: {e}",
             )
+            self._evaluate(g)  # the child's last placement may have ended the round
 
     def _move(self, g: GroupHandle, child: GroupChild) -> None:
         old = child.handle
@@ -272,17 +279,26 @@ class GroupManager:
             return  # about to start where it is (e.g. a worker still booting): moving costs more
         with self._lock:
             g._replacing.add(old.id)
-        if not self.coord.cancel(old, reason="re-placed by its group"):
+        if not self.coord.cancel(old, reason=REPLACED):
             with self._lock:
                 g._replacing.discard(old.id)
             return  # it started meanwhile
+
+        def record(ev: Event) -> None:
+            # the new placement is in the store and about to ship: record the move now, so a
+            # coordinator killed before submit_task returns still finds the child's new task
+            if ev.kind == "task.queued":
+                self._record_move(g, child, old, self.coord._handle(ev.task_id))
+
         new = self.coord.submit_task(
-            child.task, child.envelope, snapshot=snap, hooks=g.hooks, caller=g.caller
+            child.task,
+            child.envelope,
+            snapshot=snap,
+            hooks=g.hooks,
+            caller=g.caller,
+            on_event=record,
         )
-        with self._lock:
-            child.attempts.append(new)
-            g.replacements.append({"child": child.name, "from": old.site, "to": new.site})
-        self._persist(g, "running")
+        self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
         self.coord.events.emit(
             "group.child_replaced",
             g.id,
@@ -294,6 +310,16 @@ class GroupManager:
             new_task=new.id,
         )
         new.add_callback(functools.partial(self._on_child_event, g))
+
+    def _record_move(
+        self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle
+    ) -> None:
+        with self._lock:
+            if any(h.id == new.id for h in child.attempts):
+                return
+            child.attempts.append(new)
+            g.replacements.append({"child": child.name, "from": old.site, "to": new.site})
+        self._persist(g, "running")
 
     # --- durability -------------------------------------------------------------------------
     def _persist(self, g: GroupHandle, state: str) -> None:
@@ -356,12 +382,48 @@ class GroupManager:
                         "submit it again",
                     )
             reopened.append(g)
+            self._recover_moves(g, history)
             live = [c for c in g.children if c.attempts]
             if not live:
                 self._on_terminal_check(g)
             for child in live:
                 child.handle.add_callback(functools.partial(self._on_child_event, g))
         return reopened
+
+    def _recover_moves(self, g: GroupHandle, history: list[Event]) -> None:
+        """Report the re-placements an earlier coordinator stopped in the middle of (once)."""
+        mine = [e for e in history if e.task_id == g.id]
+        announced = {e.detail.get("new_task") for e in mine if e.kind == "group.child_replaced"}
+        reported = {e.detail.get("child") for e in mine if e.kind == "group.exception"}
+        for c in g.children:
+            # recorded as the new placement shipped, then stopped before announcing the move
+            for old, new in zip(c.attempts, c.attempts[1:], strict=False):
+                if new.id not in announced:
+                    self.coord.events.emit(
+                        "group.child_replaced",
+                        g.id,
+                        new.site,
+                        child=c.name,
+                        from_site=old.site,
+                        to_site=new.site,
+                        old_task=old.id,
+                        new_task=new.id,
+                        recovered=True,
+                    )
+            if c.attempts and c.name not in reported:
+                h = c.handle
+                if h.state == "failed" and h.error == REPLACED:
+                    # cancelled to be moved, then stopped before the new placement was made
+                    self.coord.events.emit(
+                        "group.exception",
+                        g.id,
+                        h.site,
+                        child=c.name,
+                        child_task=h.id,
+                        error="the coordinator stopped while re-placing this child: its "
+                        f"queued task on {h.site} was cancelled and no new placement was "
+                        "submitted; submit it again",
+                    )
 
     def _on_terminal_check(self, g: GroupHandle) -> None:
         with self._lock:
