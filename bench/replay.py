@@ -64,6 +64,11 @@ REGIMES = {
     # arrivals compressed further, for traces whose short jobs keep "busy" queues shallow
     "heavy": {"delta": 1.5, "deltaai": 1.5, "anvil": 1.5, "vista": 1.5},
 }
+# busy targets, but each partition's trace start point is chosen by the busy-window rule
+# (federation.sim.load.busy_start_offset): a seeded pick among evenly spaced start points
+# whose measured day is offered at least the target, decided on the load alone
+REGIMES["busy-window"] = dict(REGIMES["busy"])
+WINDOW_REGIMES = frozenset({"busy-window"})
 # Relative speed of a GPU type (A100 = 1) and of CPU partitions, for the true runtimes.
 GPU_SPEED = {"a100": 1.0, "a40": 0.7, "h100": 1.9, "gh200": 2.1}
 CPU_SPEED = {"delta": 1.0, "deltaai": 1.3, "anvil": 1.0, "vista": 1.2}
@@ -145,6 +150,9 @@ def run_cell(
             duration_s=(warmup_h + hours + 24) * 3600,
             seed=seed * 7919 + zlib.crc32(name.encode()) % 1000,
             nodes=node_counts(spec),
+            busy_window_s=(
+                (warmup_h * 3600, (warmup_h + hours) * 3600) if regime in WINDOW_REGIMES else None
+            ),
         )
         sim = load.site_for(spec, start_delay_s=float(rng.uniform(5, 40)))
         sim.submit_many(load.jobs)

@@ -7,10 +7,13 @@ import pytest
 
 from federation.sim.load import (
     WALLTIME_LADDER_S,
+    BackgroundLoad,
     LoadError,
     background_load,
+    busy_start_offset,
     map_job,
     replay,
+    window_offered,
 )
 from federation.sim.traces import Trace, TraceJob, default_trace_dir, load_swf
 from federation.sites.spec import PartitionSpec, SiteSpec, load_site
@@ -201,3 +204,64 @@ def test_real_site_with_kth_background() -> None:
     snap = site.snapshot()
     assert {p.partition for p in snap.partitions} == {"cpu", "gpuA100x4", "gpuA40x4"}
     assert site.utilization((86400, 2 * 86400)) > 0.5
+
+
+def test_busy_start_offset_picks_a_busy_start_or_the_busiest() -> None:
+    offsets = [0.0, 100.0, 200.0, 300.0]
+    rng = np.random.default_rng(0)
+    picks = {busy_start_offset(offsets, [0.2, 1.5, 0.9, 1.3], 1.2, rng) for _ in range(50)}
+    assert picks == {100.0, 300.0}  # only starts whose window is offered >= the target
+    # none reaches the target: the busiest start
+    assert busy_start_offset(offsets, [0.2, 0.5, 0.9, 0.4], 1.2, rng) == 200.0
+    with pytest.raises(LoadError, match="one offered utilization per"):
+        busy_start_offset(offsets, [1.0], 1.2, rng)
+
+
+def bursty_trace(n: int = 3000) -> Trace:
+    """Quiet stretches with one dense burst: 10% of the jobs in 2% of the trace's time."""
+    rng = np.random.default_rng(7)
+    quiet = np.sort(rng.uniform(0, 98 * 3600, int(n * 0.9)))
+    quiet[quiet > 49 * 3600] += 2 * 3600  # a 2-hour gap for the burst
+    burst = np.sort(rng.uniform(49 * 3600, 51 * 3600, n - len(quiet)))
+    submits = np.sort(np.concatenate([quiet, burst]))
+    jobs = tuple(
+        TraceJob(
+            job_id=i,
+            submit_s=float(s),
+            wait_s=0.0,
+            run_s=1800.0,
+            procs=8,
+            requested_walltime_s=3600.0,
+        )
+        for i, s in enumerate(submits)
+    )
+    return Trace(path=default_trace_dir() / "bursty", jobs=jobs, header={"MaxProcs": "128"})
+
+
+def test_busy_window_puts_the_measured_span_on_a_busy_stretch() -> None:
+    trace = bursty_trace()
+    window = (86400.0, 2 * 86400.0)
+
+    def make(seed: int, busy: bool) -> BackgroundLoad:
+        return background_load(
+            SPEC,
+            trace,
+            target_utilization=0.8,
+            duration_s=3 * 86400,
+            partitions=["cpu"],
+            seed=seed,
+            busy_window_s=window if busy else None,
+        )
+
+    plain = [window_offered(make(s, False).jobs, CPU, 100, window) for s in range(6)]
+    busy = [make(s, True) for s in range(6)]
+    offered = [window_offered(b.jobs, CPU, 100, window) for b in busy]
+    # every busy-window load offers the measured day at least the target; the whole
+    # duration still gets the target (the rule moves the start, not the amount)
+    assert min(offered) >= 0.8
+    for b in busy:
+        assert b.partition("cpu").offered_utilization == pytest.approx(0.8, rel=0.05)
+    assert min(plain) < 0.8  # some random starts leave the measured day below the target
+    assert make(2, True).jobs == busy[2].jobs  # deterministic per seed
+    with pytest.raises(LoadError, match="end must be after start"):
+        window_offered(busy[0].jobs, CPU, 100, (10.0, 5.0))

@@ -5,8 +5,8 @@ swapped, as the field notes describe:
 
 * the HTTP transport: a ``requests`` adapter mounted on the client's sessions answers the
   few routes the SDK uses (register function, submit batch, task status, batch status,
-  task group, version, endpoint status) and forwards each task, as the cloud would, to the
-  site's endpoint daemon (:mod:`federation.endpoint.daemon`);
+  task group, version, endpoint status and metadata) and forwards each task, as the
+  cloud would, to the site's endpoint daemon (:mod:`federation.endpoint.daemon`);
 * the AMQP result stream: :class:`InProcessResultWatcher` is the SDK's own
   ``_ResultWatcher`` with its pika loop replaced by an event the service sets when a
   result arrives, so futures complete (and ``add_done_callback`` fires) within
@@ -298,6 +298,28 @@ class LocalComputeService:
             return {"status": "offline", "details": str(e)}
         return {"status": "online", "details": info}
 
+    def _endpoint_metadata(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
+        """``GET /v2/endpoints/<id>``: what the endpoint registered, as the cloud keeps it.
+
+        The daemon's own report (``ping``) supplies ``python_version``, ``hostname`` and
+        ``endpoint_version`` when it includes them; an offline endpoint still has metadata.
+        """
+        ep = self._endpoint(endpoint_id)
+        doc: dict[str, Any] = {
+            "uuid": endpoint_id,
+            "name": ep.site,
+            "display_name": ep.site,
+            "multi_user": False,
+        }
+        try:
+            info = ep.conn.request({"op": "ping"}, timeout_s=5)
+        except SiteUnavailableError:
+            return doc
+        for key in ("python_version", "hostname", "endpoint_version"):
+            if info.get(key):
+                doc[key] = str(info[key])
+        return doc
+
     def _submit(self, body: Any, endpoint_id: str) -> dict[str, Any]:
         ep = self._endpoint(endpoint_id)
         tg = body.get("task_group_id") or str(uuid.uuid4())
@@ -445,6 +467,7 @@ _ROUTES: Mapping[tuple[str, re.Pattern[str]], Callable[..., Any]] = {
     ("POST", re.compile(r"/v3/functions")): LocalComputeService._register_function,
     ("POST", re.compile(rf"/v3/endpoints/{_UUID}/submit")): LocalComputeService._submit,
     ("GET", re.compile(rf"/v2/endpoints/{_UUID}/status")): LocalComputeService._endpoint_status,
+    ("GET", re.compile(rf"/v2/endpoints/{_UUID}")): LocalComputeService._endpoint_metadata,
     ("GET", re.compile(rf"/v2/tasks/{_UUID}")): LocalComputeService._get_task,
     ("POST", re.compile(r"/v2/batch_status")): LocalComputeService._batch_status,
     ("GET", re.compile(rf"/v2/taskgroup/{_UUID}")): LocalComputeService._task_group,

@@ -60,8 +60,10 @@ __all__ = [
     "LoadError",
     "PartitionLoad",
     "background_load",
+    "busy_start_offset",
     "map_job",
     "replay",
+    "window_offered",
 ]
 
 WALLTIME_LADDER_S: tuple[int, ...] = (
@@ -313,6 +315,82 @@ def _order(jobs: Sequence[TraceJob]) -> np.ndarray:
     return order[i : i + k]
 
 
+def window_offered(
+    jobs: Sequence[SimJob], part: PartitionSpec, nodes: int, window_s: tuple[float, float]
+) -> float:
+    """Work submitted to ``part`` in ``window_s`` / (capacity x the window's length)."""
+    a, b = window_s
+    if b <= a:
+        raise LoadError(f"window {window_s}: end must be after start")
+    primary_gpu = part.gpus_per_node > 0
+    capacity = nodes * (part.gpus_per_node if primary_gpu else part.cpus_per_node)
+    work = sum(
+        j.nodes * (j.gpus_per_node if primary_gpu else j.cpus_per_node) * j.run_s
+        for j in jobs
+        if j.partition == part.name and a <= (j.submit_s or 0.0) < b
+    )
+    return work / (capacity * (b - a))
+
+
+def _busy_offset(
+    part: PartitionSpec,
+    nodes: int,
+    jobs: Sequence[TraceJob],
+    order: np.ndarray,
+    trace_procs: int | None,
+    source: str,
+    target: float,
+    duration_s: float,
+    seed: int,
+    max_gap_s: float | None,
+    window_s: tuple[float, float],
+    candidates: int,
+) -> float:
+    """The busy-window rule (see :func:`busy_start_offset`) for one partition's stream."""
+    if candidates < 1:
+        raise LoadError(f"window_candidates must be >= 1, got {candidates}")
+    submits = np.fromiter((jobs[i].submit_s for i in order), dtype=np.float64, count=len(order))
+    if max_gap_s is not None and len(submits) > 1:
+        submits = submits[0] + np.concatenate(
+            ([0.0], np.cumsum(np.minimum(np.diff(submits), max_gap_s)))
+        )
+    span = max(float(submits[-1] - submits[0]), 1.0)
+    period = span + span / max(len(order) - 1, 1)
+    offsets = [i * period / candidates for i in range(candidates)]
+    offered = []
+    for off in offsets:
+        # a throwaway generator: the evaluation must not shift the real stream's draws
+        probe_rng = _rng(seed, part.name + "/window")
+        sim_jobs, _ = _stream(
+            part, nodes, jobs, order, trace_procs, source, target, duration_s, off,
+            probe_rng, max_gap_s,
+        )  # fmt: skip
+        offered.append(window_offered(sim_jobs, part, nodes, window_s))
+    return busy_start_offset(offsets, offered, target, _rng(seed, part.name + "/pick"))
+
+
+def busy_start_offset(
+    offsets: Sequence[float],
+    window_offered_utilization: Sequence[float],
+    target: float,
+    rng: np.random.Generator,
+) -> float:
+    """Busy-window rule: a start point whose measured window is offered at least ``target``.
+
+    ``offsets`` are evenly spaced candidate start points in the trace; for each, the work
+    its stream submits inside the measured window, as a share of capacity. One of those at
+    or above the target is drawn with ``rng``; if none reaches it, the busiest one. The rule
+    looks at the background load only (never at placements), so the measured window is not
+    one of the trace's lulls while bursts, sizes and run times stay the trace's.
+    """
+    if len(offsets) != len(window_offered_utilization) or not offsets:
+        raise LoadError("busy_start_offset: need one offered utilization per candidate offset")
+    ok = [o for o, u in zip(offsets, window_offered_utilization, strict=True) if u >= target]
+    if ok:
+        return float(ok[int(rng.integers(len(ok)))])
+    return float(offsets[int(np.argmax(window_offered_utilization))])
+
+
 def _with_submit(job: SimJob, t: float) -> SimJob:
     return SimJob(
         partition=job.partition,
@@ -340,6 +418,8 @@ def background_load(
     trace_procs: int | None = None,
     partitions: Sequence[str] | None = None,
     max_gap_s: float | None = 8 * 3600.0,
+    busy_window_s: tuple[float, float] | None = None,
+    window_candidates: int = 24,
 ) -> BackgroundLoad:
     """Background jobs for ``spec`` from ``trace`` (see the module docstring).
 
@@ -351,7 +431,9 @@ def background_load(
     processors of the trace's machine (default: the SWF header's MaxProcs, else the largest
     job). ``partitions``: only these. ``max_gap_s``: longer pauses between arrivals in the
     trace (outages, holidays: CEA-Curie has a 150-hour one) are shortened to this many trace
-    seconds (``None``: keep them).
+    seconds (``None``: keep them). ``busy_window_s``: ``(a, b)`` in simulated seconds, the
+    span that will be measured; the start point is then chosen by
+    :func:`busy_start_offset` (ignored when ``start_offset_s`` is given).
     """
     if duration_s <= 0:
         raise LoadError(f"duration_s must be > 0, got {duration_s}")
@@ -384,6 +466,22 @@ def background_load(
         key = "gpu" if source == "gpu_trace" else "cpu"
         if key not in orders:
             orders[key] = _order(src_jobs)
+        offset = start_offset_s
+        if offset is None and busy_window_s is not None:
+            offset = _busy_offset(
+                part,
+                counts[part.name],
+                src_jobs,
+                orders[key],
+                procs,
+                source,
+                target,
+                duration_s,
+                seed,
+                max_gap_s,
+                busy_window_s,
+                window_candidates,
+            )
         jobs, info = _stream(
             part,
             counts[part.name],
@@ -393,7 +491,7 @@ def background_load(
             source,
             target,
             duration_s,
-            start_offset_s,
+            offset,
             _rng(seed, part.name),
             max_gap_s,
         )
