@@ -16,7 +16,9 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import signal
+import socket
 import sqlite3
 import sys
 import threading
@@ -345,6 +347,9 @@ class SiteEndpoint:
                 "pid": os.getpid(),
                 "engines": len(self._slots),
                 "outstanding": sum(len(s.outstanding) for s in self._slots.values()),
+                # what a real endpoint reports as its metadata (CloudSite compares Pythons)
+                "python_version": platform.python_version(),
+                "hostname": socket.gethostname(),
             }
 
 
