@@ -753,7 +753,13 @@ class Coordinator:
         last = h.accounting
         if last is not None and (datetime.now(UTC) - last.fetched_at).total_seconds() < 10:
             return
-        acct = fetch_accounting(h.site, self.backends.get(h.site), ids, ACCOUNTING_TIMEOUT_S)
+        acct = fetch_accounting(
+            h.site,
+            self.backends.get(h.site),
+            ids,
+            ACCOUNTING_TIMEOUT_S,
+            started=h.started_at is not None or h.state == "completed",
+        )
         if acct.error and last is not None and last.jobs:
             return  # keep what an earlier query found
         h.accounting = acct

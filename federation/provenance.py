@@ -63,12 +63,14 @@ class FunctionSite(Protocol):
     def executor(self, uec: dict[str, Any]) -> Any: ...
 
 
-def parse_accounting(site: str, raw: dict[str, Any]) -> Accounting:
+def parse_accounting(site: str, raw: dict[str, Any], started: bool = False) -> Accounting:
     """The output of :func:`functions.accounting.sacct_jobs` -> :class:`Accounting`.
 
     Slurm reuses job ids (a controller that lost its state, a counter that wrapped), so
     sacct can return several jobs under one id; the latest submitted is the task's (its
-    batch job is the newest holder of the id when the task ends).
+    batch job is the newest holder of the id when the task ends). ``started``: the task is
+    known to have run, so a record still saying "pending" is stale (slurmdbd is updated
+    asynchronously) and is left out until it catches up.
     """
     now = datetime.now(UTC)
     host = raw.get("hostname") or "?"
@@ -115,6 +117,8 @@ def parse_accounting(site: str, raw: dict[str, Any]) -> Accounting:
         )
     latest: dict[str, JobAccounting] = {}
     for j in jobs:
+        if started and j.state == "pending":
+            continue  # a stale record (or an older job with this id): ours has started
         prev = latest.get(j.job_id)
         if prev is None or (j.submit_time or now) >= (prev.submit_time or now):
             latest[j.job_id] = j
@@ -128,6 +132,7 @@ def fetch_accounting(
     backend: object,
     job_ids: list[str],
     timeout_s: float = 30.0,
+    started: bool = False,
 ) -> Accounting:
     """Ask ``site`` (through its endpoint) what its accounting knows about ``job_ids``."""
     now = datetime.now(UTC)
@@ -146,4 +151,4 @@ def fetch_accounting(
         return Accounting(
             site=site, fetched_at=now, error=f"accounting query failed: {type(e).__name__}: {e}"
         )
-    return parse_accounting(site, raw)
+    return parse_accounting(site, raw, started)
