@@ -84,6 +84,8 @@ class GroupHandle:
     _done: threading.Event = field(default_factory=threading.Event)
     _replacing: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
+    _ending: bool = False
+    """Set (under the manager's lock) by whoever ends the round, so it ends once."""
     _submitting: bool = False
     """True while children are still being submitted: no round can end before that."""
 
@@ -213,18 +215,11 @@ class GroupManager:
                 return  # submit() evaluates once every child has been submitted
             terminal = [c for c in g.children if not c.attempts or c.handle.done]
             queued = [c for c in g.children if c.attempts and c.handle.state == "queued"]
-            finished = len(terminal) == len(g.children) and not g.done
+            finished = len(terminal) == len(g.children) and not g._ending
             if finished:
-                g._done.set()
+                g._ending = True
         if finished:
-            self._persist(g, "terminal")
-            self.coord.events.emit(
-                "group.round_terminal",
-                g.id,
-                None,
-                state=g.state(),
-                replacements=len(g.replacements),
-            )
+            self._end_round(g)
             return
         if len(terminal) == len(g.children):
             return
@@ -369,6 +364,7 @@ class GroupManager:
             with self._lock:
                 self.groups[g.id] = g
             if g.id in announced:
+                g._ending = True
                 g._done.set()
                 continue
             for child in g.children:
@@ -427,13 +423,19 @@ class GroupManager:
 
     def _on_terminal_check(self, g: GroupHandle) -> None:
         with self._lock:
-            if g.done:
+            if g._ending:
                 return
-            g._done.set()
+            g._ending = True
+        self._end_round(g)
+
+    def _end_round(self, g: GroupHandle) -> None:
+        """Record and announce the round's end, then release ``wait()`` (in that order, so
+        a caller woken by ``wait()`` finds ``group.round_terminal`` in the history)."""
         self._persist(g, "terminal")
         self.coord.events.emit(
             "group.round_terminal", g.id, None, state=g.state(), replacements=len(g.replacements)
         )
+        g._done.set()
 
     @staticmethod
     def _from_row(row: dict[str, Any], handles: dict[str, TaskHandle]) -> GroupHandle:

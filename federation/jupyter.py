@@ -15,6 +15,7 @@ for any executor.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 
+logger = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a task was placed: site, partition and the granted shape."""
@@ -87,6 +91,7 @@ class TaskFuture(Future[Any]):
         self._early: list[Event] = []
         self._attach_lock = threading.Lock()
         self._cancel_requested = False
+        self._event_callbacks: list[Callable[[Event], None]] = []
 
     # --- wiring (called by the executor) --------------------------------------------------
     def _on_event(self, ev: Event) -> None:
@@ -106,6 +111,8 @@ class TaskFuture(Future[Any]):
             self._apply(ev)
 
     def _apply(self, ev: Event) -> None:
+        for deliver in list(self._event_callbacks):  # before the future settles
+            deliver(ev)
         if ev.kind == "task.started":
             if not self.done():
                 self.set_running_or_notify_cancel()
@@ -182,8 +189,36 @@ class TaskFuture(Future[Any]):
         return self._coordinator.events.history(self.task_id)
 
     def add_event_callback(self, callback: EventCallback) -> None:
-        """Call ``callback(event)`` for each of this task's events (past ones first)."""
-        self.handle.add_callback(callback)
+        """Call ``callback(event)`` for each of this task's events (past ones first).
+
+        A terminal event reaches the callback before the future is done, so whoever waits
+        on the future sees what its callbacks did.
+        """
+        handle = self.handle
+        lock = threading.Lock()
+        last = [0]
+
+        def deliver(ev: Event) -> None:
+            with lock:  # the replay below and live events, each once and in order
+                if ev.seq <= last[0]:
+                    return
+                last[0] = ev.seq
+                try:
+                    callback(ev)
+                except Exception:
+                    logger.exception("event callback %r failed on %s", callback, ev.kind)
+
+        with lock:
+            with self._attach_lock:
+                self._event_callbacks.append(deliver)
+            past = self._coordinator.events.history(handle.id)
+            for ev in past:
+                if ev.seq > last[0]:
+                    last[0] = ev.seq
+                    try:
+                        callback(ev)
+                    except Exception:
+                        logger.exception("event callback %r failed on %s", callback, ev.kind)
 
     def explain(self) -> str:
         """The placement decision trace: why this site, why not each other one."""
