@@ -294,6 +294,12 @@ class GroupManager:
             on_event=record,
         )
         self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
+        self._announce_move(g, child, old, new)
+        new.add_callback(functools.partial(self._on_child_event, g))
+
+    def _announce_move(
+        self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle, **extra: Any
+    ) -> None:
         self.coord.events.emit(
             "group.child_replaced",
             g.id,
@@ -303,8 +309,8 @@ class GroupManager:
             to_site=new.site,
             old_task=old.id,
             new_task=new.id,
+            **extra,
         )
-        new.add_callback(functools.partial(self._on_child_event, g))
 
     def _record_move(
         self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle
@@ -395,17 +401,7 @@ class GroupManager:
             # recorded as the new placement shipped, then stopped before announcing the move
             for old, new in zip(c.attempts, c.attempts[1:], strict=False):
                 if new.id not in announced:
-                    self.coord.events.emit(
-                        "group.child_replaced",
-                        g.id,
-                        new.site,
-                        child=c.name,
-                        from_site=old.site,
-                        to_site=new.site,
-                        old_task=old.id,
-                        new_task=new.id,
-                        recovered=True,
-                    )
+                    self._announce_move(g, c, old, new, recovered=True)
             if c.attempts and c.name not in reported:
                 h = c.handle
                 if h.state == "failed" and h.error == REPLACED:
