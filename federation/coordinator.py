@@ -101,6 +101,9 @@ class Coordinator:
         self._handles: dict[str, TaskHandle] = {}
         self._by_compute_id: dict[str, TaskHandle] = {}
         self._unindexed: dict[str, TaskHandle] = {}
+        self._early_starts: dict[str, str | None] = {}
+        """Start reports that arrived before their task's id was on its future (the submit
+        reply still in flight), by compute task id: the result may overtake the retry."""
         """Handles whose Globus Compute task id was not yet seen by the index."""
         self._last_snapshot: FederationSnapshot | None = None
         self._groups: GroupManager | None = None
@@ -467,7 +470,10 @@ class Coordinator:
         """A site reports a task running (its batch job started and picked it up)."""
         handle = self._handle_for_compute_id(compute_task_id)
         if handle is None:
-            # The id may not be on the future yet (submit reply still in flight): retry.
+            # The id may not be on the future yet (submit reply still in flight): retry,
+            # and keep the report so a result arriving first still starts the task first.
+            with self._lock:
+                self._early_starts[compute_task_id] = slurm_job_id
             threading.Timer(0.2, self._retry_started, (compute_task_id, slurm_job_id, 25)).start()
             return
         self._mark_started(handle, slurm_job_id)
@@ -475,9 +481,23 @@ class Coordinator:
     def _retry_started(self, tid: str, job: str | None, tries: int) -> None:
         handle = self._handle_for_compute_id(tid)
         if handle is not None:
+            with self._lock:
+                self._early_starts.pop(tid, None)
             self._mark_started(handle, job)
         elif tries > 0:
             threading.Timer(0.2, self._retry_started, (tid, job, tries - 1)).start()
+        else:
+            with self._lock:
+                self._early_starts.pop(tid, None)
+
+    def _started_before_done(self, handle: TaskHandle) -> None:
+        """Announce a start reported before the task's id was known, ahead of its end."""
+        cid = handle.compute_task_id
+        with self._lock:
+            if cid is None or cid not in self._early_starts:
+                return
+            job = self._early_starts.pop(cid)
+        self._mark_started(handle, job)
 
     def _mark_started(self, handle: TaskHandle, slurm_job_id: str | None) -> None:
         with self._lock:
@@ -516,6 +536,7 @@ class Coordinator:
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
         if handle.state in ("completed", "failed"):
             return  # already settled (e.g. cancelled by request): report once
+        self._started_before_done(handle)
         if fut.cancelled():
             self._fail(handle, "cancelled", "")
             return
@@ -626,13 +647,18 @@ class Coordinator:
         failure: str | None = None,
     ) -> None:
         with self._lock:
-            if handle.state in ("completed", "failed"):
-                return
-            handle.completed_at = datetime.now(UTC)
-            handle.state = "failed"
-            handle.error = message
-            handle.remote_traceback = traceback
-            handle.value = value
+            settled = handle.state in ("completed", "failed")
+            if not settled:
+                handle.completed_at = datetime.now(UTC)
+                handle.state = "failed"
+                handle.error = message
+                handle.remote_traceback = traceback
+                handle.value = value
+        if settled:
+            # ended on another thread (e.g. the site's 'cancelled' result overtook cancel):
+            # return once that end is in the store and announced, as if it were ours
+            handle._done.wait(10)
+            return
         self._persist_end(handle)
         detail: dict[str, Any] = {"error": message}
         if failure:

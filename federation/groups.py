@@ -48,6 +48,12 @@ logger = logging.getLogger(__name__)
 REPLACE_MARGIN_S = 30.0
 """Move a queued child only if elsewhere finishes it at least this much sooner."""
 
+RECHECK_S = 30.0
+"""A child left queued because it looked about to start is judged again this much later."""
+
+MAX_RECHECKS = 20
+"""How many times one placement is judged again (10 minutes at ``RECHECK_S``)."""
+
 REPLACED = "re-placed by its group"
 """The error of a placement its group cancelled to move the child elsewhere."""
 
@@ -84,6 +90,8 @@ class GroupHandle:
     _done: threading.Event = field(default_factory=threading.Event)
     _replacing: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
+    _rechecks: dict[str, int] = field(default_factory=dict)
+    """How often each placement left queued as 'about to start' was judged again."""
     _ending: bool = False
     """Set (under the manager's lock) by whoever ends the round, so it ends once."""
     _submitting: bool = False
@@ -226,11 +234,9 @@ class GroupManager:
         # every sibling but the still-queued ones has finished: release the soft constraint
         if queued and len(terminal) + len(queued) == len(g.children):
             for child in queued:
-                self._stalled_child(g, child)
-                if g.distinct_sites and child.task is not None:
-                    threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
 
-    def _stalled_child(self, g: GroupHandle, child: GroupChild) -> None:
+    def _stalled_child(self, g: GroupHandle, child: GroupChild, reason: str) -> None:
         """Report, once per placement, a child still queued after its siblings finished."""
         with self._lock:
             if child.handle.id in g._stalled:
@@ -242,7 +248,7 @@ class GroupManager:
             child.handle.site,
             child=child.name,
             child_task=child.handle.id,
-            reason="still queued after its siblings finished",
+            reason=reason,
         )
 
     def _replace(self, g: GroupHandle, child: GroupChild) -> None:
@@ -260,18 +266,34 @@ class GroupManager:
             self._evaluate(g)  # the child's last placement may have ended the round
 
     def _move(self, g: GroupHandle, child: GroupChild) -> None:
+        """Judge a child still queued after its siblings finished; move it if that pays.
+
+        A child about to start where it is (its worker still booting, a free node there)
+        is left alone and not reported. One predicted to wait is reported as stalled
+        (``group.child_stalled``) and, in a group that asked for distinct systems, moved
+        when another site finishes it at least ``REPLACE_MARGIN_S`` sooner.
+        """
         old = child.handle
-        assert child.task is not None
         snap = self.coord.inspect_federation()
+        stalled = "still queued after its siblings finished"
         try:
             decision = self.coord.plan(child.envelope, snap)
-        except NoFeasibleSiteError:
+        except NoFeasibleSiteError as e:
+            self._stalled_child(g, child, f"{stalled}; no site can take it now: {e}")
             return
-        if decision.chosen.site == old.site:
-            return  # still the best place: leave it queued
-        here = [c.predicted_completion_s for c in decision.candidates if c.site == old.site]
-        if here and min(here) <= decision.chosen.predicted_completion_s + REPLACE_MARGIN_S:
-            return  # about to start where it is (e.g. a worker still booting): moving costs more
+        here = [c for c in decision.candidates if c.site == old.site]
+        if here and min(c.predicted_wait_s for c in here) <= REPLACE_MARGIN_S:
+            self._recheck_later(g, child, old)
+            return  # about to start where it is (e.g. a worker still booting)
+        best = decision.chosen.predicted_completion_s
+        if decision.chosen.site == old.site or (
+            here and min(c.predicted_completion_s for c in here) <= best + REPLACE_MARGIN_S
+        ):
+            self._stalled_child(g, child, f"{stalled}; no other site finishes it sooner")
+            return  # still the best place (or moving gains too little): leave it queued
+        self._stalled_child(g, child, stalled)
+        if not g.distinct_sites or child.task is None:
+            return  # only a soft distinct-systems constraint is released
         with self._lock:
             g._replacing.add(old.id)
         if not self.coord.cancel(old, reason=REPLACED):
@@ -296,6 +318,20 @@ class GroupManager:
         self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
         self._announce_move(g, child, old, new)
         new.add_callback(functools.partial(self._on_child_event, g))
+
+    def _recheck_later(self, g: GroupHandle, child: GroupChild, old: TaskHandle) -> None:
+        """Judge the child again later, should it still not have started by then."""
+        with self._lock:
+            n = g._rechecks.get(old.id, 0)
+            if n >= MAX_RECHECKS:
+                return
+            g._rechecks[old.id] = n + 1
+
+        def due() -> None:  # on the coordinator's timer thread: judge off it (it probes)
+            if child.handle is old and old.state == "queued" and not g.done:
+                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+
+        self.coord.milestones.timers.call_later(RECHECK_S, due)
 
     def _announce_move(
         self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle, **extra: Any

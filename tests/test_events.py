@@ -105,3 +105,53 @@ def test_waiting_caller_is_resumed_by_completion_with_zero_service_requests(
     finally:
         coord.close()
         service.close()
+
+
+class _StartsBeforeAck:
+    """A site whose job starts and ends before the submit reply put the id on the future:
+    the start report finds no task, and the result overtakes the coordinator's retry."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.coord: Any = None
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.name)
+
+    def submit(self, task: Any, shape: Any) -> Any:
+        from concurrent.futures import Future
+
+        fut: Future[Any] = Future()
+        self.coord.notify_started("early-1", "4242")  # the id is not on the future yet
+        fut.task_id = "early-1"  # type: ignore[attr-defined]
+        fut.set_result(task.fn(*task.args))
+        return fut
+
+    def cancel(self, task_id: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_start_reported_before_the_submit_reply_is_announced_before_the_end() -> None:
+    from inprocess import FixedCoordinator
+
+    from federation.sites.spec import load_sites
+    from federation.telemetry import Telemetry
+
+    site = _StartsBeforeAck(load_sites(["local"])[0])
+    coord = FixedCoordinator([site], telemetry=Telemetry(":memory:"))  # type: ignore[list-item]
+    site.coord = coord
+    try:
+        h = coord.submit_task(PythonTask(sum, ([1, 2],)), ResourceEnvelope(cpus_min=1))
+        assert h.wait(5) and h.value == 3
+        kinds = [e.kind for e in coord.events.history() if e.task_id == h.id]
+        assert kinds == ["task.queued", "task.started", "task.completed"]
+        started = next(e for e in coord.events.history() if e.kind == "task.started")
+        assert started.detail["slurm_job_id"] == "4242" and h.slurm_job_id == "4242"
+        time.sleep(0.5)  # the retry timer finds the task settled and adds nothing
+        assert len([e for e in coord.events.history() if e.task_id == h.id]) == 3
+    finally:
+        coord.close()

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_scene import fill_delta_cpu, wait_until_quiet
 
 from federation.coordinator import Coordinator
 from federation.groups import REPLACED
@@ -72,24 +72,10 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
     runs = tmp_path / "runs.txt"  # each child appends a line when (and each time) it runs
     coord: Coordinator | None = None
     try:
-        # Delta's CPU nodes are full, with more waiting: the child placed there queues
-        for _ in range(4):
-            res = local.slurm.run(
-                "delta",
-                [
-                    "sbatch",
-                    "--parsable",
-                    f"--job-name={TAG}",
-                    "--partition=cpu",
-                    "--cpus-per-task=128",
-                    "--mem=8G",
-                    "--time=00:30:00",
-                    "--output=/dev/null",
-                    "--wrap=sleep 600",
-                ],
-            )
-            assert res.returncode == 0, res.stderr
-        time.sleep(1.5)
+        # Delta's CPU nodes are full, with more waiting: the child placed there queues, and
+        # the other sites are quiet, so it is the only child that waits
+        wait_until_quiet(local.slurm, ("local", "vista", "delta"))
+        fill_delta_cpu(local.slurm, TAG)
         lines = _run_until_killed(
             [str(HELPERS / "crash_in_replace.py"), str(home), str(runs), point], timeout_s=420
         )
@@ -100,6 +86,7 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
         assert sorted(placed.values()) == ["delta", "local", "vista"]
         moved = next(name for name, site in placed.items() if site == "delta")
         old_id = ids[int(moved[1:]) - 1]
+        assert _line(lines, "MOVING") == [old_id], (moved, lines)  # the queued child moved
         # killed mid-move: the queued placement is cancelled in the store, the round open
         store = Store(db)
         (row,) = [r for r in store.groups() if r["id"] == gid]

@@ -12,7 +12,8 @@ waits for the group to move its queued child, and dies inside the move:
 ``after_submit``: the replacement was submitted (and acknowledged by the site), but
 ``submit_task`` has not yet returned to the group, which records the move after it.
 
-Prints ``KILLING <point>`` just before, so the parent knows the kill came from the move.
+Prints ``MOVING <task id>`` as the move cancels the child's placement, and ``KILLING
+<point>`` just before the kill, so the parent knows the kill came from that move.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main() -> None:
     cancel, submit = coord.cancel, coord.submit_task
 
     def cancel_then_die(*args: Any, **kwargs: Any) -> bool:
+        if kwargs.get("reason") == REPLACED:
+            print(f"MOVING {coord._handle(args[0]).id}", flush=True)
         ok = cancel(*args, **kwargs)
         if ok and kwargs.get("reason") == REPLACED and point == "after_cancel":
             die(point)

@@ -1,0 +1,56 @@
+"""Setting the scene on the local federation's Slurm clusters for the group tests.
+
+``fill_delta_cpu`` fills Delta's CPU partition (with more waiting) so a child placed there
+queues; ``wait_until_quiet`` waits for the other sites' queues to be empty first (blocks a
+previous test left idle are released after a few seconds), so the only child that waits is
+the one on Delta, whichever tests ran before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+FILLERS = 4
+"""Jobs of a whole CPU node each: two run on Delta's two CPU nodes, two wait behind them."""
+
+
+def fill_delta_cpu(slurm: Any, tag: str) -> None:
+    for _ in range(FILLERS):
+        res = slurm.run(
+            "delta",
+            [
+                "sbatch",
+                "--parsable",
+                f"--job-name={tag}",
+                "--partition=cpu",
+                "--cpus-per-task=128",
+                "--mem=8G",
+                "--time=00:30:00",
+                "--output=/dev/null",
+                "--wrap=sleep 600",
+            ],
+        )
+        assert res.returncode == 0, res.stderr
+    time.sleep(1.5)  # the controller schedules them before the group is placed
+
+
+def queued_jobs(slurm: Any, site: str) -> list[str]:
+    res = slurm.run(site, ["squeue", "-h", "-o", "%i %j %T"])
+    assert res.returncode == 0, res.stderr
+    return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
+
+
+def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0) -> None:
+    """Wait until no job is queued or running on ``sites``; fail saying what is left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {s: jobs for s in sites if (jobs := queued_jobs(slurm, s))}
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"jobs left on {sorted(left)} after {timeout_s:.0f} s (an earlier test's "
+                f"blocks were not released): {left}"
+            )
+        time.sleep(1.0)
