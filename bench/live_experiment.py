@@ -2,6 +2,7 @@
 
     python bench/live_experiment.py                # 24 probe tasks per policy, ~8 minutes
     python bench/live_experiment.py --jobs 6       # a quick look
+    python bench/live_experiment.py --hedge        # twin-hedge too (copies at two sites)
 
 A few local sites (default: delta, anvil, vista) are real Slurm clusters. Background load is
 an excerpt of a real job log (KTH-SP2 by default), sized to each partition with the same
@@ -24,6 +25,10 @@ the same workload, and "extra" is a task's completion minus that.
 The predictors learn as a coordinator would: run-time/limit ratios of finished background
 jobs from ``sacct`` (``UsageRatioModel``), runtimes of finished probe tasks
 (``TaskRuntimeModel``).
+
+``--hedge`` adds ``twin-hedge``: the coordinator ships a second copy where the runner-up
+site is close or the wait uncertain, the first copy to start wins and the other is
+cancelled; "hedge held s" is the queue time cancelled copies held (the hedge's cost).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
 from federation.errors import NoFeasibleSiteError  # noqa: E402
 from federation.local import LocalSites  # noqa: E402
 from federation.parsing.times import parse_duration  # noqa: E402
-from federation.policies import Policy, best_feasible, fixed_site, twin  # noqa: E402
+from federation.policies import Policy, best_feasible, fixed_site, twin, twin_hedge  # noqa: E402
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
@@ -105,6 +110,8 @@ class LiveRow:
     slurm_wait_s: float | None
     predicted_wait_s: float
     slurm_job_id: str | None
+    hedge_held_s: float = 0.0
+    """Queue time held by this task's cancelled hedge copies (0 for a task placed once)."""
 
 
 @dataclass
@@ -157,6 +164,7 @@ class LiveResult:
                     "median extra s": _q(extra, 50),
                     "mean extra s": float(extra.mean()) if extra.size else math.nan,
                     "P95 extra s": _q(extra, 95),
+                    "hedge held s": float(sum(r.hedge_held_s for r in mine)),
                     "sites": dict(sorted(sites.items())),
                 }
             )
@@ -175,6 +183,7 @@ class LiveResult:
             "median extra s",
             "mean extra s",
             "P95 extra s",
+            "hedge held s",
             "sites",
         ]
         a = self.args
@@ -358,6 +367,7 @@ def make_policies(
     w: LiveWorkload,
     fixed: str,
     samples: int,
+    hedge: bool = False,
 ) -> list[Policy]:
     def rt(shape: Shape) -> float:
         return runtimes.predict(w.name, shape, default_s=w.default_s)
@@ -365,8 +375,11 @@ def make_policies(
     slurm_estimate = TwinPredictor(specs, UsageRatioModel(), start_delay_s=2.0)
     bf = best_feasible(rt)
     bf.wait_fn = slurm_estimate
-    ours = twin(TwinPredictor(specs, usage, start_delay_s=2.0, samples=samples), rt)
-    return [fixed_site(fixed), bf, ours]
+    predictor = TwinPredictor(specs, usage, start_delay_s=2.0, samples=samples)
+    ours = twin(predictor, rt)
+    if not hedge:
+        return [fixed_site(fixed), bf, ours]
+    return [fixed_site(fixed), bf, ours, twin_hedge(predictor, rt)]
 
 
 def run_live(
@@ -383,10 +396,13 @@ def run_live(
     samples: int = 16,
     max_bg_per_site: int = 150,
     result_timeout_s: float = 600.0,
+    hedge: bool = False,
     local: LocalSites | None = None,
     log: Any = print,
 ) -> LiveResult:
-    """Run the experiment; ``jobs`` probe tasks per policy (split over the workloads)."""
+    """Run the experiment; ``jobs`` probe tasks per policy (split over the workloads).
+
+    ``hedge`` adds ``twin-hedge`` to the compared policies."""
     site_names = sites or ["delta", "anvil", "vista"]
     local = local or LocalSites(sites=site_names)
     local.up()
@@ -410,7 +426,9 @@ def run_live(
     warm = min(60.0, round_s * 2)
     coord = local.connect(telemetry=False, probe_timeout_s=120)
     usage, runtimes = UsageRatioModel(), TaskRuntimeModel()
-    policies = {w.name: make_policies(specs, usage, runtimes, w, fixed, samples) for w in WORKLOADS}
+    policies = {
+        w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge) for w in WORKLOADS
+    }
     names = [p.name for p in policies[WORKLOADS[0].name]]
     inj = Injector(local, bg, time.monotonic())
     inj.start()
@@ -499,6 +517,7 @@ def run_live(
                     sw.get((res.site, res.slurm_job_id or "")),
                     chosen.predicted_wait_s,
                     res.slurm_job_id,
+                    _hedge_held_s(res),
                 )
             )
     finally:
@@ -525,6 +544,12 @@ def run_live(
     )
 
 
+def _hedge_held_s(res: Any) -> float:
+    """Queue time the task's cancelled (or abandoned) copies held before they lost."""
+    lost = [c for c in res.copies if c["state"] in ("cancelled", "abandoned")]
+    return float(sum(c["held_s"] or 0.0 for c in lost))
+
+
 def _run_s(res: Any) -> float:
     if res.started_at is None:
         return float((res.completed_at - res.submitted_at).total_seconds())
@@ -542,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--utilization", type=float, default=1.5, help="offered background load")
     ap.add_argument("--fixed", default="delta", help="the fixed-site baseline's site")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hedge", action="store_true", help="compare twin-hedge too")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "live.md")
     args = ap.parse_args(argv)
     res = run_live(
@@ -554,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         utilization=args.utilization,
         fixed=args.fixed,
         seed=args.seed,
+        hedge=args.hedge,
     )
     report = res.render()
     print(report)

@@ -27,12 +27,12 @@ from federation.errors import (
 )
 from federation.events import Event, EventBus, EventCallback
 from federation.failures import Failure, classify
-from federation.handles import TaskHandle, TaskResult
+from federation.handles import TaskCopy, TaskHandle, TaskResult
 from federation.hooks import Hook, HookRunner
 from federation.json_values import json_value
 from federation.milestones import Milestones, MilestoneWatcher
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
-from federation.placement import PlacementDecision, place
+from federation.placement import Candidate, PlacementDecision, place
 from federation.provenance import Accounting, fetch_accounting
 from federation.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, StorageRoot, as_ref, shipped
 from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate, PolicyOutcome
@@ -105,6 +105,10 @@ class Coordinator:
         """Start reports that arrived before their task's id was on its future (the submit
         reply still in flight), by compute task id: the result may overtake the retry."""
         """Handles whose Globus Compute task id was not yet seen by the index."""
+        self._copy_ids: dict[str, tuple[TaskHandle, TaskCopy]] = {}
+        """Hedged copies by their Globus Compute task id."""
+        self._hedged: dict[str, TaskHandle] = {}
+        """Hedged handles with a copy whose Globus Compute task id is not indexed yet."""
         self._last_snapshot: FederationSnapshot | None = None
         self._groups: GroupManager | None = None
 
@@ -210,6 +214,8 @@ class Coordinator:
         return self._ship(handle, task)
 
     def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+        if handle.decision.hedges:
+            return self._ship_copies(handle, task)
         decision = handle.decision
         shape = decision.chosen.shape
         if self.store is not None:  # durable before anything is shipped or acknowledged
@@ -237,6 +243,283 @@ class Coordinator:
                 self.store.update_task(handle.id, compute_task_id=tid)
         fut.add_done_callback(lambda f: self._on_done(handle, f))
         return handle
+
+    # --- hedged copies ------------------------------------------------------------------------
+    def _ship_copies(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+        """Ship a hedged task: one copy at the chosen candidate and one per hedge.
+
+        The copies are one task for the caller (one id, one ``task.queued``). They are
+        recorded in the store (``task_copies``) before anything is shipped, and each copy's
+        Globus Compute task id once its site acknowledged it, before this returns. The
+        first copy reported started (or, failing a start report, the first to return a
+        result) wins: it becomes the placement and every other copy is cancelled
+        (``task.hedge_cancelled`` each). A copy that fails before any copy started leaves
+        the race; the task fails only when every copy has failed.
+        """
+        decision = handle.decision
+        shape = decision.chosen.shape
+        copies = [TaskCopy(0, decision.chosen)]
+        copies += [TaskCopy(i, c) for i, c in enumerate(decision.hedges, 1)]
+        handle.copies = copies
+        if self.store is not None:  # durable before anything is shipped or acknowledged
+            self.store.insert_task(_task_row(handle, task), [_copy_row(c) for c in copies])
+        with self._lock:
+            self._handles[handle.id] = handle
+            self._unindexed.pop(handle.id, None)  # indexed by its copies instead
+            self._hedged[handle.id] = handle
+        self._watch(handle)
+        self.events.emit(
+            "task.queued",
+            handle.id,
+            shape.site,
+            shape=shape.describe(),
+            predicted_wait_s=decision.chosen.predicted_wait_s,
+            hedges=[
+                {"shape": c.shape.describe(), "predicted_wait_s": c.predicted_wait_s}
+                for c in decision.hedges
+            ],
+        )
+        errors: list[str] = []
+        for c in copies:
+            with self._lock:
+                if not c.queued:  # another copy won before this one was sent
+                    continue
+                c._sending = True
+            try:
+                fut = self.backends[c.site].submit(
+                    self._shipped(handle, task, c), c.candidate.shape
+                )
+            except Exception as e:
+                errors.append(f"{c.candidate.shape.describe()}: {e}")
+                with self._lock:
+                    c._sending = False
+                    late = c.cancelling
+                if late:  # another copy won meanwhile: this one never reached its site
+                    self._cancel_copy(handle, c)
+                else:
+                    self._copy_failed(handle, c, f"submission to {c.site} failed: {e}", e)
+                continue
+            with self._lock:
+                c.future = fut
+                c._sending = False
+                late = c.cancelling  # another copy won while this one was sent
+            if self.store is not None:
+                tid = _await_task_id(fut, ACK_TIMEOUT_S)
+                if tid is not None:
+                    self.store.update_task_copy(handle.id, c.index, compute_task_id=tid)
+            if late:
+                self._cancel_copy(handle, c)
+                continue
+            fut.add_done_callback(functools.partial(self._on_copy_done, handle, c))
+        if len(errors) == len(copies):
+            message = "submission of every copy failed: " + "; ".join(errors)
+            raise FederationError(message)
+        return handle
+
+    def _copy_failed(
+        self, handle: TaskHandle, c: TaskCopy, message: str, exc: BaseException | None
+    ) -> None:
+        """A copy left the race before any copy started; the last one fails the task."""
+        with self._lock:
+            if c.state != "queued" or handle.done:
+                return
+            c.state = "failed"
+            c.error = message
+            c.ended_at = datetime.now(UTC)
+            left = [x for x in handle.copies if x.state in ("queued", "won", "cancelling")]
+        self._persist_copy(handle, c)
+        handle.notes.append(f"copy on {c.site}/{c.partition} failed: {message}")
+        if left:
+            return
+        failed = [x for x in handle.copies if x.state == "failed"]
+        text = "; ".join(f"{x.site}/{x.partition}: {x.error}" for x in failed)
+        traceback = str(exc) if exc is not None else ""
+        failure = classify(message, traceback)
+        self._fail(handle, f"every copy failed: {text}", traceback, failure=failure.cls)
+
+    def _on_copy_done(self, handle: TaskHandle, c: TaskCopy, fut: Future[Any]) -> None:
+        """A copy's future resolved: settle the task (winner), leave the race, or ignore."""
+        with self._lock:
+            if handle.state in ("completed", "failed"):
+                return
+            if c.state == "cancelling":  # a cancel is on its way; replayed if it fails
+                c._parked_done = fut
+                return
+            if c.state != "won" and (c.state != "queued" or handle.winner is not None):
+                return  # a cancelled, abandoned or failed copy: its end is not the task's
+            failed = c.state == "queued" and (fut.cancelled() or fut.exception() is not None)
+            won_now = c.state == "queued" and not failed  # a result before any start report
+            losers = self._take_win(handle, c) if won_now else []
+        if failed:  # before any copy started: this copy leaves the race
+            exc = None if fut.cancelled() else fut.exception()
+            message = "cancelled at the site" if exc is None else _first_line(exc)
+            self._copy_failed(handle, c, message, exc)
+            return
+        if won_now:
+            self._after_win(handle, c, losers)
+        self._on_done(handle, fut)
+
+    def _copy_started(self, handle: TaskHandle, c: TaskCopy, slurm_job_id: str | None) -> None:
+        """A copy reports running: the first one wins, the others are cancelled."""
+        at = datetime.now(UTC)
+        with self._lock:
+            if handle.done:
+                return
+            if c.state == "cancelling":  # a cancel is on its way; replayed if it fails
+                c._parked_start, c._parked_job = True, slurm_job_id
+                return
+            won_now = c.state == "queued" and handle.winner is None
+            if not won_now and c.state != "won":
+                return  # a loser that started before its cancel arrived: ignored
+            losers = self._take_win(handle, c) if won_now else []
+        if won_now:
+            self._after_win(handle, c, losers)
+        self._mark_started(handle, slurm_job_id, at=at)
+
+    def _take_win(self, handle: TaskHandle, c: TaskCopy) -> list[TaskCopy]:
+        """Make ``c`` the placement (under ``self._lock``); the copies to cancel."""
+        c.state = "won"
+        handle.decision = handle.decision.model_copy(update={"chosen": c.candidate})
+        handle.future = c.future
+        losers = [x for x in handle.copies if x.state == "queued"]
+        for x in losers:
+            x.state = "cancelling"
+        return losers
+
+    def _after_win(self, handle: TaskHandle, c: TaskCopy, losers: list[TaskCopy]) -> None:
+        cid = c.compute_task_id
+        with self._lock:
+            if cid is not None:
+                self._by_compute_id[cid] = handle
+        # the copy first: recovery takes the winner from the copies, the row follows it
+        self._persist_copy(handle, c)
+        if self.store is not None:
+            self.store.update_task(
+                handle.id,
+                site=c.site,
+                decision=handle.decision.model_dump_json(),
+                compute_task_id=cid,
+            )
+        for x in losers:
+            with self._lock:
+                sending = x.future is None and x._sending
+            if not sending:  # one still being sent is cancelled by its sender
+                self._cancel_copy(handle, x, winner=c)
+
+    def _cancel_copy(self, handle: TaskHandle, c: TaskCopy, winner: TaskCopy | None = None) -> None:
+        """Cancel a losing copy at its site and report it (``task.hedge_cancelled``)."""
+        cid = c.compute_task_id
+        ok = c.future is None and cid is None  # never sent: nothing to cancel
+        if cid is not None:
+            try:
+                ok = self.backends[c.site].cancel(cid)
+            except Exception as e:
+                logger.warning(
+                    "cancelling copy %s of %s on %s failed: %s", cid, handle.id, c.site, e
+                )
+        winner = winner or handle.winner
+        with self._lock:
+            c.state = "cancelled" if ok else "abandoned"
+            c.ended_at = datetime.now(UTC)
+        self._persist_copy(handle, c)
+        held = (c.ended_at - c.submitted_at).total_seconds()
+        self.events.emit(
+            "task.hedge_cancelled",
+            handle.id,
+            c.site,
+            partition=c.partition,
+            compute_task_id=cid,
+            held_s=round(held, 3),
+            cancelled=ok,
+            winner_site=winner.site if winner is not None else None,
+        )
+
+    def _cancel_copies(self, h: TaskHandle, reason: str) -> bool:
+        """``cancel`` for a hedged task: every copy still queued, or the winner."""
+        with self._lock:
+            if h.done:
+                return False
+            w = h.winner
+            targets = [] if w is not None else [c for c in h.copies if c.state == "queued"]
+            for c in targets:
+                c.state = "cancelling"
+        if w is not None:  # a copy started (or returned): as for a task placed once
+            cid = w.compute_task_id
+            if cid is None:
+                return False
+            h.cancel_reason = reason
+            ok = self.backends[w.site].cancel(cid)
+            if ok:
+                self._fail(h, reason, "")
+            else:
+                h.cancel_reason = None
+            return ok
+        results: list[tuple[TaskCopy, bool]] = []
+        for c in targets:
+            cid = c.compute_task_id
+            ok = False
+            if cid is not None:
+                try:
+                    ok = self.backends[c.site].cancel(cid)
+                except Exception as e:
+                    logger.warning("cancelling copy %s on %s failed: %s", cid, c.site, e)
+            results.append((c, ok))
+        now = datetime.now(UTC)
+        with self._lock:
+            for c, ok in results:
+                c.state = "cancelled" if ok else "queued"
+                if ok:
+                    c.ended_at = now
+            remaining = [c for c in h.copies if c.state in ("queued", "won")]
+        for c, ok in results:
+            if ok:
+                self._persist_copy(h, c)
+        if not remaining:
+            self._fail(h, reason, "")
+            return True
+        h.notes.append(
+            f"cancel: {len(remaining)} copy(ies) could not be cancelled (started meanwhile); "
+            "the task carries on there"
+        )
+        for c, ok in results:  # reports parked while the cancel was on its way
+            if ok:
+                continue
+            start, job, done = c._parked_start, c._parked_job, c._parked_done
+            c._parked_start, c._parked_job, c._parked_done = False, None, None
+            if start:
+                self._copy_started(h, c, job)
+            if done is not None:
+                self._on_copy_done(h, c, done)
+        return False
+
+    def _copy_for_compute_id(self, tid: str) -> tuple[TaskHandle, TaskCopy] | None:
+        with self._lock:
+            hit = self._copy_ids.get(tid)
+            if hit is not None or not self._hedged:
+                return hit
+            for h in list(self._hedged.values()):
+                pending = False
+                for c in h.copies:
+                    cid = c.compute_task_id
+                    if cid is not None:
+                        self._copy_ids.setdefault(cid, (h, c))
+                    elif c.state in ("queued", "cancelling") or c._sending:
+                        pending = True
+                if not pending:
+                    del self._hedged[h.id]
+            return self._copy_ids.get(tid)
+
+    def _persist_copy(self, h: TaskHandle, c: TaskCopy) -> None:
+        if self.store is None:
+            return
+        self.store.update_task_copy(
+            h.id,
+            c.index,
+            state=c.state,
+            compute_task_id=c.compute_task_id,
+            ended_at=c.ended_at.isoformat() if c.ended_at else None,
+            error=c.error,
+        )
 
     # --- policy: tasks held for an operator -------------------------------------------------
     def _hold(
@@ -366,6 +649,14 @@ class Coordinator:
         ones are re-attached through their Globus Compute task ids, and complete (once) when
         their results arrive. A task whose submission the site never acknowledged is failed
         with that reason: its function was never shipped, so resubmit it.
+
+        Hedged tasks (``task_copies`` in the store) are re-attached too. If no copy had
+        started, every acknowledged copy is re-attached and the race goes on: the first
+        copy reported started, or failing that the first to return a result (a start
+        reported while no coordinator listened is not reported again), wins and the others
+        are cancelled; a copy never acknowledged leaves the race. If a copy had won, only it
+        is re-attached, and copies the earlier coordinator did not get to cancel are
+        cancelled now (``task.hedge_cancelled``).
         """
         if self.store is None:
             raise FederationError("recover() needs a store: Coordinator(..., store=Store(path))")
@@ -374,16 +665,32 @@ class Coordinator:
                 self._held_handle(held)
         reopened: list[TaskHandle] = []
         by_site: dict[str, list[TaskHandle]] = {}
+        copy_rows: dict[str, list[dict[str, Any]]] = {}
+        for r in self.store.task_copies():
+            copy_rows.setdefault(r["task_id"], []).append(r)
+        racing: list[TaskHandle] = []
         for row in self.store.tasks():
             if row["id"] in self._handles:
                 continue
             h = _handle_from_row(row, self.events)
+            h.copies = [_copy_from_row(r) for r in copy_rows.get(h.id, [])]
             with self._lock:
                 self._handles[h.id] = h
                 self._unindexed[h.id] = h
             if h.state in ("completed", "failed"):
                 h._done.set()
                 continue
+            if h.copies:
+                w = h.winner
+                if w is None:  # no copy started yet: the race goes on
+                    with self._lock:
+                        self._unindexed.pop(h.id, None)
+                    racing.append(h)
+                    reopened.append(h)
+                    continue
+                # the copy is recorded before the row: the winner is the copy's
+                h.decision = h.decision.model_copy(update={"chosen": w.candidate})
+                row = {**row, "compute_task_id": w.compute_task_id}
             if row["compute_task_id"] is None:
                 self._fail(
                     h,
@@ -406,9 +713,55 @@ class Coordinator:
                     continue
                 h.future = fut
                 fut.add_done_callback(functools.partial(self._on_done, h))
+        self._recover_copies(racing)
         self._recover_continuations(reopened)
         self.transfers.recover()  # open transfers: Globus tasks re-monitored, copies re-run
         return reopened
+
+    def _recover_copies(self, racing: list[TaskHandle]) -> None:
+        """Re-attach the copies of hedged tasks; cancel the losers a won race left queued."""
+        now = datetime.now(UTC)
+        by_site: dict[str, list[tuple[TaskHandle, TaskCopy]]] = {}
+        won = [h for h in self.handles() if h.copies and not h.done and h.winner is not None]
+        for h in [*racing, *won]:
+            for c in h.copies:
+                if c.state != "queued":
+                    continue
+                if c.compute_task_id is None:
+                    c.state, c.ended_at = "failed", now
+                    c.error = "the coordinator stopped before the site acknowledged this copy"
+                    self._persist_copy(h, c)
+                    continue
+                by_site.setdefault(c.site, []).append((h, c))
+        for site, pairs in by_site.items():
+            backend = self.backends.get(site)
+            ids = [str(c.compute_task_id) for _, c in pairs]
+            futs = backend.reattach(ids) if backend else {}
+            for h, c in pairs:
+                fut = futs.get(str(c.compute_task_id))
+                if fut is None and h.winner is None:
+                    c.state, c.ended_at = "failed", now
+                    c.error = f"site {site} no longer knows copy {c.compute_task_id}"
+                    self._persist_copy(h, c)
+                c.future = fut
+        for h in won:
+            w = h.winner
+            for c in h.copies:
+                if c.state == "queued":
+                    with self._lock:
+                        c.state = "cancelling"
+                    self._cancel_copy(h, c, winner=w)
+        for h in racing:
+            live = [c for c in h.copies if c.state == "queued"]
+            if not live:
+                text = "; ".join(f"{c.site}/{c.partition}: {c.error}" for c in h.copies)
+                self._fail(h, f"every copy failed: {text}", "")
+                continue
+            with self._lock:
+                self._hedged[h.id] = h
+            for c in live:
+                assert c.future is not None
+                c.future.add_done_callback(functools.partial(self._on_copy_done, h, c))
 
     # --- move_data ---------------------------------------------------------------------------
     @property
@@ -468,6 +821,10 @@ class Coordinator:
     # --- callbacks from the sites ----------------------------------------------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
         """A site reports a task running (its batch job started and picked it up)."""
+        copy = self._copy_for_compute_id(compute_task_id)
+        if copy is not None:
+            self._copy_started(*copy, slurm_job_id)
+            return
         handle = self._handle_for_compute_id(compute_task_id)
         if handle is None:
             # The id may not be on the future yet (submit reply still in flight): retry,
@@ -479,6 +836,12 @@ class Coordinator:
         self._mark_started(handle, slurm_job_id)
 
     def _retry_started(self, tid: str, job: str | None, tries: int) -> None:
+        copy = self._copy_for_compute_id(tid)
+        if copy is not None:
+            with self._lock:
+                self._early_starts.pop(tid, None)
+            self._copy_started(*copy, job)
+            return
         handle = self._handle_for_compute_id(tid)
         if handle is not None:
             with self._lock:
@@ -499,11 +862,13 @@ class Coordinator:
             job = self._early_starts.pop(cid)
         self._mark_started(handle, job)
 
-    def _mark_started(self, handle: TaskHandle, slurm_job_id: str | None) -> None:
+    def _mark_started(
+        self, handle: TaskHandle, slurm_job_id: str | None, at: datetime | None = None
+    ) -> None:
         with self._lock:
             if handle.started_at is not None or handle.done:
                 return
-            handle.started_at = datetime.now(UTC)
+            handle.started_at = at or datetime.now(UTC)
             handle.slurm_job_id = slurm_job_id
         if self.store is not None:
             self.store.update_task(
@@ -687,8 +1052,14 @@ class Coordinator:
         return draft_envelope(description, [b.spec for b in self.backends.values()], hints)
 
     def cancel(self, handle: TaskHandle | str, reason: str = "cancelled by request") -> bool:
-        """Cancel a task that has not started running; False if it cannot be cancelled."""
+        """Cancel a task that has not started running; False if it cannot be cancelled.
+
+        A hedged task: every copy still queued is cancelled (True when all were). If one
+        could not be cancelled (it started meanwhile), False, and the task carries on there.
+        """
         h = self._handle(handle)
+        if h.copies and not h.attempts:  # hedged (a retry after the race ships one copy)
+            return self._cancel_copies(h, reason)
         if h.done or h.compute_task_id is None:
             return False
         h.cancel_reason = reason  # the site's own 'cancelled' result may arrive first
@@ -767,9 +1138,12 @@ class Coordinator:
             started_at=h.started_at,
         )
 
-    def _shipped(self, h: TaskHandle, task: TaskSpec) -> TaskSpec:
+    def _shipped(self, h: TaskHandle, task: TaskSpec, copy: TaskCopy | None = None) -> TaskSpec:
         name = f"{h.id}-{len(h.attempts) + 1}.result"
-        return shipped(task, h.site, name, self.result_storage, self.inline_limit_bytes)
+        site = h.site
+        if copy is not None:  # each copy spills to its own site, under its own name
+            name, site = f"{h.id}-{len(h.attempts) + 1}.copy{copy.index}.result", copy.site
+        return shipped(task, site, name, self.result_storage, self.inline_limit_bytes)
 
     def _account(self, h: TaskHandle) -> None:
         """Record what the site's accounting says about the task's Slurm jobs (sacct)."""
@@ -870,6 +1244,32 @@ def _task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
         "submitted_at": h.submitted_at.isoformat(),
         "milestones": h.wants.model_dump_json() if h.wants else None,
     }
+
+
+def _copy_row(c: TaskCopy) -> dict[str, Any]:
+    return {
+        "idx": c.index,
+        "site": c.site,
+        "partition": c.partition,
+        "candidate": c.candidate.model_dump_json(),
+        "compute_task_id": c.compute_task_id,
+        "state": c.state,
+        "submitted_at": c.submitted_at.isoformat(),
+        "ended_at": None,
+        "error": None,
+    }
+
+
+def _copy_from_row(row: dict[str, Any]) -> TaskCopy:
+    return TaskCopy(
+        index=row["idx"],
+        candidate=Candidate.model_validate_json(row["candidate"]),
+        state=row["state"],
+        submitted_at=datetime.fromisoformat(row["submitted_at"]),
+        ended_at=datetime.fromisoformat(row["ended_at"]) if row["ended_at"] else None,
+        error=row["error"],
+        _recovered_compute_id=row["compute_task_id"],
+    )
 
 
 def _value_json(h: TaskHandle) -> str | None:

@@ -21,6 +21,7 @@ EventKind = Literal[
     "task.completed",
     "task.failed",
     "task.retried",
+    "task.hedge_cancelled",
     "task.milestone",
     "task.stalled",
     "group.submitted",

@@ -14,11 +14,84 @@ from federation._model import Frozen
 from federation.envelope import ResourceEnvelope, Shape
 from federation.events import Event, EventBus, EventCallback
 from federation.milestones import Milestones
-from federation.placement import PlacementDecision
+from federation.placement import Candidate, PlacementDecision
 from federation.provenance import Accounting
 from federation.results import ResultRef
 
 TaskState = Literal["queued", "running", "completed", "failed"]
+CopyState = Literal["queued", "won", "cancelling", "cancelled", "abandoned", "failed"]
+"""A hedged copy: queued; ``won`` (started first: the task's placement); ``cancelling``
+(a cancel is on its way to the site); ``cancelled`` (the site confirmed it never ran);
+``abandoned`` (lost the race, but the site could not cancel it: it may run, and its result
+is ignored); ``failed`` (could not be submitted, or failed before any copy started)."""
+
+
+@dataclass(eq=False)
+class TaskCopy:
+    """One copy of a hedged task (``PlacementDecision.hedges``): the same task at one site.
+
+    Index 0 is the decision's ``chosen`` candidate, 1.. its hedges in order.
+    """
+
+    index: int
+    candidate: Candidate
+    future: Future[Any] | None = None
+    state: CopyState = "queued"
+    submitted_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    ended_at: datetime | None = None
+    error: str | None = None
+    _recovered_compute_id: str | None = None
+    _sending: bool = False
+    """Being submitted right now (its future not yet known)."""
+    _parked_start: bool = False
+    _parked_job: str | None = None
+    """A start report (and its Slurm job) that arrived while a cancel was on its way
+    (replayed if the cancel fails)."""
+    _parked_done: Future[Any] | None = None
+    """A result that arrived while a cancel was on its way (replayed if it fails)."""
+
+    @property
+    def compute_task_id(self) -> str | None:
+        tid = getattr(self.future, "task_id", None)
+        return self._recovered_compute_id if tid is None else str(tid)
+
+    @property
+    def site(self) -> str:
+        return self.candidate.site
+
+    @property
+    def partition(self) -> str:
+        return self.candidate.partition
+
+    @property
+    def queued(self) -> bool:
+        return self.state == "queued"
+
+    @property
+    def cancelling(self) -> bool:
+        """A cancel is on its way to the site (another copy won, or ``cancel``)."""
+        return self.state == "cancelling"
+
+    @property
+    def live(self) -> bool:
+        """Still in the race (queued at its site, or the winner)."""
+        return self.state in ("queued", "won")
+
+    def summary(self) -> dict[str, Any]:
+        """Plain data for the result manifest."""
+        held = None
+        if self.ended_at is not None:
+            held = round((self.ended_at - self.submitted_at).total_seconds(), 3)
+        return {
+            "index": self.index,
+            "site": self.site,
+            "partition": self.partition,
+            "shape": self.candidate.shape.describe(),
+            "compute_task_id": self.compute_task_id,
+            "state": self.state,
+            "held_s": held,
+            "error": self.error,
+        }
 
 
 class TaskResult(Frozen):
@@ -59,6 +132,8 @@ class TaskResult(Frozen):
     events: tuple[Event, ...] = ()
     attempts: tuple[dict[str, Any], ...] = ()
     """Earlier attempts (site, failure class, error) before the one reported here."""
+    copies: tuple[dict[str, Any], ...] = ()
+    """Hedged copies (site, state: won, cancelled, abandoned, failed; queue time held)."""
 
 
 @dataclass(eq=False)
@@ -93,6 +168,15 @@ class TaskHandle:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     """Earlier placements of this task that failed for infrastructure reasons."""
     notes: list[str] = field(default_factory=list)
+    copies: list[TaskCopy] = field(default_factory=list)
+    """Hedged copies (empty for a task placed once). Until one starts, ``future`` is None
+    and ``decision.chosen`` is the first choice; the first copy to start becomes the
+    placement (``decision.chosen``, ``future``) and the others are cancelled."""
+
+    @property
+    def winner(self) -> TaskCopy | None:
+        """The hedged copy that started first (None: not hedged, or none started yet)."""
+        return next((c for c in self.copies if c.state == "won"), None)
 
     @property
     def compute_task_id(self) -> str | None:
@@ -188,4 +272,5 @@ class TaskHandle:
             queue_wait_s=wait,
             events=tuple(self.bus.history(self.id)),
             attempts=tuple(self.attempts),
+            copies=tuple(c.summary() for c in self.copies),
         )

@@ -3,7 +3,8 @@
 A coordinator killed at any point and restarted with the same store re-attaches to every
 in-flight task (through its Globus Compute task id and task group) and continues the event
 log where it stopped, so callers resuming from a cursor miss nothing and no completion is
-reported twice.
+reported twice. Hedged tasks keep their copies in ``task_copies`` (site, partition, the
+candidate, compute task id, state), so a restart re-attaches to every copy still racing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +44,19 @@ CREATE TABLE IF NOT EXISTS tasks (
     value_json TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE TABLE IF NOT EXISTS task_copies (
+    task_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    site TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    candidate TEXT NOT NULL,
+    compute_task_id TEXT,
+    state TEXT NOT NULL,
+    submitted_at TEXT NOT NULL,
+    ended_at TEXT,
+    error TEXT,
+    PRIMARY KEY (task_id, idx)
+);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -182,16 +196,41 @@ class Store:
         ]
 
     # --- tasks ----------------------------------------------------------------------------
-    def insert_task(self, row: dict[str, Any]) -> None:
+    def insert_task(self, row: dict[str, Any], copies: Sequence[dict[str, Any]] = ()) -> None:
+        """Insert a task row and, in the same transaction, its hedged copies (if any)."""
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self._tx() as db:
             db.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", tuple(row.values()))
+            for c in copies:
+                c = {"task_id": row["id"], **c}
+                ccols = ", ".join(c)
+                cmarks = ", ".join("?" for _ in c)
+                db.execute(
+                    f"INSERT INTO task_copies ({ccols}) VALUES ({cmarks})", tuple(c.values())
+                )
 
     def update_task(self, task_id: str, **fields: Any) -> None:
         sets = ", ".join(f"{k}=?" for k in fields)
         with self._tx() as db:
             db.execute(f"UPDATE tasks SET {sets} WHERE id=?", (*fields.values(), task_id))
+
+    def update_task_copy(self, task_id: str, idx: int, **fields: Any) -> None:
+        """Update one hedged copy of a task (its compute task id, state, end)."""
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE task_copies SET {sets} WHERE task_id=? AND idx=?",
+                (*fields.values(), task_id, idx),
+            )
+
+    def task_copies(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """Hedged copies (all tasks', or one task's), by task and copy index."""
+        where, args = ("WHERE task_id=?", (task_id,)) if task_id is not None else ("", ())
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM task_copies {where} ORDER BY task_id, idx", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def task(self, task_id: str) -> dict[str, Any] | None:
         rows = self._select("WHERE id=?", (task_id,))

@@ -1,0 +1,537 @@
+"""Hedged copies in the live coordinator: the first copy to start wins, the others go.
+
+In-process tests use :class:`GatedSite`, a site whose tasks start only when the test opens
+its gate (one gate per site), so which copy starts first is the test's choice. The last
+test runs the same race on the real local Slurm federation, against a full Delta queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inprocess import FixedCoordinator
+from slurm_scene import fill_delta_cpu, queued_jobs, wait_until_quiet
+
+from federation.coordinator import Coordinator
+from federation.envelope import ResourceEnvelope, Shape
+from federation.errors import FederationError
+from federation.events import Event
+from federation.handles import TaskHandle
+from federation.local import LocalSites
+from federation.placement import Candidate
+from federation.policies import Policy, get_policy
+from federation.sites.spec import SiteSpec, load_sites
+from federation.store import Store
+from federation.tasks import PythonTask
+from federation.telemetry import Telemetry
+from functions.workloads import report_allocation, square
+
+_JOBS = itertools.count(5000)
+ENV = ResourceEnvelope(sites=("local", "delta"), cpus_min=2, mem_gb_min=2, walltime_s=600)
+
+
+@dataclass
+class _Job:
+    tid: str
+    task: PythonTask
+    fut: Future[Any]
+    state: str = "pending"  # pending, running, cancelled, done
+    slurm_job_id: str = field(default_factory=lambda: str(next(_JOBS)))
+    thread: threading.Thread | None = None
+
+
+class GatedSite:
+    """A :class:`SiteBackend` whose tasks wait for ``go`` before they start.
+
+    ``cancellable=False`` models a site where the copy had already started when the
+    cancel arrived; ``submit_error`` makes submission raise; ``fail_before_start`` makes
+    a task end in an error without ever reporting a start (a lost batch job). Results
+    are ``{"site": name, "value": ...}`` so whose result the task kept is visible. Like a
+    real endpoint, the site outlives a coordinator: ``reattach`` hands a new coordinator
+    new futures for its tasks, and the old coordinator's futures never resolve.
+    """
+
+    def __init__(
+        self,
+        spec: SiteSpec,
+        *,
+        cancellable: bool = True,
+        submit_error: str | None = None,
+        fail_before_start: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.coord: Coordinator | None = None
+        self.go = threading.Event()
+        self.cancellable = cancellable
+        self.submit_error = submit_error
+        self.fail_before_start = fail_before_start
+        self.jobs: dict[str, _Job] = {}
+        self.cancelled: list[str] = []
+        self.refused: list[str] = []
+        self.finished = threading.Event()
+        """Set once a task's future was resolved (its callbacks have run)."""
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def probe(self) -> Future[dict[str, Any]]:
+        f: Future[dict[str, Any]] = Future()
+        f.set_exception(RuntimeError("in-process sites are not probed"))
+        return f
+
+    def submit(self, task: Any, shape: Shape) -> Future[Any]:
+        if self.submit_error is not None:
+            raise RuntimeError(self.submit_error)
+        assert isinstance(task, PythonTask) and shape.site == self.name
+        tid = str(uuid.uuid4())
+        job = _Job(tid, task, self._future(tid))
+        job.thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+        with self._lock:
+            self.jobs[tid] = job
+        job.thread.start()
+        return job.fut
+
+    @staticmethod
+    def _future(tid: str) -> Future[Any]:
+        fut: Future[Any] = Future()
+        fut.task_id = tid  # type: ignore[attr-defined]
+        return fut
+
+    def _run(self, job: _Job) -> None:
+        self.go.wait(60)
+        with self._lock:
+            if self._closed or job.state != "pending":
+                return
+            job.state = "running"
+        fut = job.fut
+        try:
+            if self.fail_before_start:
+                raise RuntimeError(f"batch job on {self.name} was lost before it started")
+            assert self.coord is not None
+            self.coord.notify_started(job.tid, job.slurm_job_id)
+            value = job.task.fn(*job.task.args, **job.task.kwargs)
+        except Exception as e:
+            job.state = "done"
+            fut.set_exception(e)
+        else:
+            job.state = "done"
+            fut.set_result({"site": self.name, "value": value})
+        self.finished.set()
+
+    def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
+        out: dict[str, Future[Any]] = {}
+        with self._lock:
+            for tid in task_ids:
+                job = self.jobs.get(tid)
+                if job is not None and job.state == "pending":
+                    job.fut = out[tid] = self._future(tid)
+        return out
+
+    def cancel(self, task_id: str) -> bool:
+        with self._lock:
+            job = self.jobs.get(task_id)
+            if job is None or job.state != "pending" or not self.cancellable:
+                self.refused.append(task_id)
+                return False
+            job.state = "cancelled"
+            self.cancelled.append(task_id)
+        return job.fut.cancel()
+
+    def ended(self, tid: str) -> str:
+        """Open the gate and wait for the task's thread to end; its final state."""
+        self.go.set()
+        job = self.jobs[tid]
+        assert job.thread is not None
+        job.thread.join(10)
+        assert not job.thread.is_alive()
+        return job.state
+
+    def tid(self) -> str:
+        """The id of the one task submitted here."""
+        assert len(self.jobs) == 1, self.jobs
+        return next(iter(self.jobs))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self.go.set()
+
+
+def _coordinator(sites: dict[str, GatedSite], store: Store | None = None) -> FixedCoordinator:
+    coord = FixedCoordinator(
+        list(sites.values()), policy="twin-hedge", telemetry=Telemetry(":memory:"), store=store
+    )
+    for s in sites.values():
+        s.coord = coord
+    return coord
+
+
+def _sites(**options: dict[str, Any]) -> dict[str, GatedSite]:
+    specs = {s.name: s for s in load_sites(["local", "delta"])}
+    return {n: GatedSite(specs[n], **options.get(n, {})) for n in ("delta", "local")}
+
+
+@pytest.fixture
+def sites() -> Iterator[dict[str, GatedSite]]:
+    s = _sites()
+    yield s
+    for site in s.values():
+        site.close()
+
+
+def _kinds(coord: Coordinator, h: TaskHandle) -> list[str]:
+    return [e.kind for e in coord.history(h.id)]
+
+
+def _once_each(events: list[Event]) -> None:
+    """One queued, at most one started, and exactly one end for the task."""
+    n = Counter(e.kind for e in events)
+    assert n["task.queued"] == 1 and n["task.started"] <= 1, n
+    assert n["task.completed"] + n["task.failed"] == 1, n
+
+
+def test_twin_hedge_is_reachable_by_name_and_defaults_do_not_hedge() -> None:
+    pol = get_policy("twin-hedge")
+    assert isinstance(pol, Policy) and pol.name == "twin-hedge" and pol.max_copies == 2
+    coord = FixedCoordinator([GatedSite(s) for s in load_sites(["local", "delta"])])
+    try:
+        assert coord.policy == "earliest-start"
+        decision = coord.plan(ENV)
+        assert decision.hedges == ()  # the default policy places once, as before
+        coord.policy = "twin-hedge"
+        hedged = coord.plan(ENV)
+        assert [c.site for c in (hedged.chosen, *hedged.hedges)] == ["delta", "local"]
+    finally:
+        coord.close()
+
+
+def test_copies_go_to_both_sites_and_the_first_to_start_wins(
+    sites: dict[str, GatedSite],
+) -> None:
+    coord = _coordinator(sites)
+    h = coord.submit_task(PythonTask(square, (7,)), ENV)
+    first = h.decision
+    assert h.site == "delta" and [c.site for c in first.hedges] == ["local"]
+    assert len(sites["delta"].jobs) == 1 and len(sites["local"].jobs) == 1
+    assert [c.site for c in h.copies] == ["delta", "local"] and h.state == "queued"
+    assert coord.history(h.id)[0].detail["hedges"][0]["shape"].startswith("local/")
+
+    sites["local"].go.set()  # the hedge starts first
+    r = coord.get_result(h, timeout_s=10)
+    assert r.status == "completed" and r.value == {"site": "local", "value": 49}
+    # the placement is the winner's; the decision keeps every candidate it had
+    assert r.site == "local" and h.decision.chosen == first.hedges[0]
+    assert h.decision.candidates == first.candidates and h.decision.hedges == first.hedges
+    assert r.compute_task_id == sites["local"].tid()
+    assert r.slurm_job_id == sites["local"].jobs[sites["local"].tid()].slurm_job_id
+    # the Delta copy was cancelled at its site, and that is on record
+    delta_tid = sites["delta"].tid()
+    assert sites["delta"].cancelled == [delta_tid]
+    assert sites["delta"].jobs[delta_tid].fut.cancelled()
+    events = coord.history(h.id)
+    assert [e.kind for e in events] == [
+        "task.queued",
+        "task.hedge_cancelled",
+        "task.started",
+        "task.completed",
+    ]
+    cancelled = events[1]
+    assert cancelled.site == "delta"
+    assert cancelled.detail["partition"] == "cpu"
+    assert cancelled.detail["compute_task_id"] == delta_tid
+    assert cancelled.detail["cancelled"] is True and cancelled.detail["winner_site"] == "local"
+    assert 0 <= cancelled.detail["held_s"] < 10
+    assert events[2].site == "local" and events[3].site == "local"
+    assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
+    # the cancelled copy never runs, even once its gate opens
+    assert sites["delta"].ended(delta_tid) == "cancelled"
+    assert not sites["delta"].finished.is_set()
+    assert _kinds(coord, h)[-1] == "task.completed"
+    coord.close()
+
+
+def test_a_late_result_from_a_copy_that_lost_is_ignored() -> None:
+    sites = _sites(delta={"cancellable": False})  # its copy was already underway
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(square, (3,)), ENV)
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.value == {"site": "local", "value": 9}
+        delta_tid = sites["delta"].tid()
+        assert sites["delta"].refused == [delta_tid]
+        gone = [e for e in coord.history(h.id) if e.kind == "task.hedge_cancelled"]
+        assert [(e.site, e.detail["cancelled"]) for e in gone] == [("delta", False)]
+        # now the loser runs: it reports a start and a result, both ignored
+        sites["delta"].go.set()
+        assert sites["delta"].finished.wait(10)
+        assert sites["delta"].jobs[delta_tid].fut.result() == {"site": "delta", "value": 9}
+        again = coord.get_result(h, timeout_s=1)
+        assert again.value == {"site": "local", "value": 9} and again.site == "local"
+        assert again.slurm_job_id == sites["local"].jobs[sites["local"].tid()].slurm_job_id
+        assert _kinds(coord, h) == [
+            "task.queued",
+            "task.hedge_cancelled",
+            "task.started",
+            "task.completed",
+        ]
+        assert {c["site"]: c["state"] for c in again.copies} == {
+            "delta": "abandoned",
+            "local": "won",
+        }
+    finally:
+        coord.close()
+
+
+def test_a_copy_that_cannot_be_submitted_leaves_the_race() -> None:
+    sites = _sites(delta={"submit_error": "endpoint unreachable"})
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(square, (4,)), ENV)
+        assert not h.done and sites["delta"].jobs == {}
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.status == "completed" and r.value == {"site": "local", "value": 16}
+        assert _kinds(coord, h) == ["task.queued", "task.started", "task.completed"]
+        copies = {c["site"]: c for c in r.copies}
+        assert copies["delta"]["state"] == "failed"
+        assert "endpoint unreachable" in copies["delta"]["error"]
+    finally:
+        coord.close()
+
+
+def test_a_copy_failing_before_any_start_leaves_the_others_running() -> None:
+    sites = _sites(delta={"fail_before_start": True})
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(square, (5,)), ENV)
+        sites["delta"].go.set()
+        assert sites["delta"].finished.wait(10)
+        assert not h.done and h.state == "queued"  # the other copy is still queued
+        assert _kinds(coord, h) == ["task.queued"]
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.value == {"site": "local", "value": 25} and r.site == "local"
+        assert _kinds(coord, h) == ["task.queued", "task.started", "task.completed"]
+    finally:
+        coord.close()
+
+
+def test_every_copy_failing_fails_the_task_once() -> None:
+    sites = _sites(delta={"fail_before_start": True}, local={"fail_before_start": True})
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(square, (6,)), ENV)
+        sites["delta"].go.set()
+        assert sites["delta"].finished.wait(10)
+        assert not h.done
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.status == "failed"
+        assert r.error is not None and "every copy failed" in r.error
+        assert "delta/cpu" in r.error and "local/debug" in r.error
+        events = coord.history(h.id)
+        assert [e.kind for e in events] == ["task.queued", "task.failed"]
+        _once_each(events)
+    finally:
+        coord.close()
+
+
+def test_every_submission_failing_raises_and_fails_the_task_once() -> None:
+    sites = _sites(delta={"submit_error": "no route"}, local={"submit_error": "down"})
+    coord = _coordinator(sites)
+    try:
+        with pytest.raises(FederationError, match="submission of every copy failed"):
+            coord.submit_task(PythonTask(square, (2,)), ENV)
+        (h,) = coord.handles()
+        assert h.done and h.state == "failed"
+        assert _kinds(coord, h) == ["task.queued", "task.failed"]
+    finally:
+        coord.close()
+
+
+def test_cancel_cancels_every_copy(sites: dict[str, GatedSite]) -> None:
+    coord = _coordinator(sites)
+    h = coord.submit_task(PythonTask(square, (8,)), ENV)
+    assert coord.cancel(h, reason="changed my mind")
+    assert sites["delta"].cancelled == [sites["delta"].tid()]
+    assert sites["local"].cancelled == [sites["local"].tid()]
+    r = coord.get_result(h, timeout_s=5)
+    assert r.status == "failed" and r.error == "changed my mind"
+    assert [c["state"] for c in r.copies] == ["cancelled", "cancelled"]
+    for s in sites.values():  # neither copy runs once its gate opens
+        assert s.ended(s.tid()) == "cancelled" and not s.finished.is_set()
+    assert _kinds(coord, h) == ["task.queued", "task.failed"]
+    assert not coord.cancel(h)  # already ended
+    coord.close()
+
+
+def test_copies_are_recorded_and_a_restart_reattaches_to_them(tmp_path: Path) -> None:
+    sites = _sites()
+    db = tmp_path / "coordinator.db"
+    first = _coordinator(sites, Store(db))
+    try:
+        h = first.submit_task(PythonTask(square, (9,)), ENV)
+        rows = Store(db).task_copies(h.id)
+        assert [(r["idx"], r["site"], r["partition"], r["state"]) for r in rows] == [
+            (0, "delta", "cpu", "queued"),
+            (1, "local", "debug", "queued"),
+        ]
+        assert [r["compute_task_id"] for r in rows] == [
+            sites["delta"].tid(),
+            sites["local"].tid(),
+        ]
+        # the coordinator goes away with both copies queued; a new one takes over
+        first.milestones.close()
+        first.hooks.close()
+        second = _coordinator(sites, Store(db))
+        reopened = second.recover()
+        assert [x.id for x in reopened] == [h.id]
+        again = second._handle(h.id)
+        assert [c.state for c in again.copies] == ["queued", "queued"]
+        sites["delta"].go.set()  # this time the first choice starts first
+        r = second.get_result(h.id, timeout_s=10)
+        assert r.status == "completed" and r.value == {"site": "delta", "value": 81}
+        assert sites["local"].cancelled == [sites["local"].tid()]
+        assert _kinds(second, again) == [
+            "task.queued",
+            "task.hedge_cancelled",
+            "task.started",
+            "task.completed",
+        ]
+        stored = {r["site"]: r["state"] for r in Store(db).task_copies(h.id)}
+        assert stored == {"delta": "won", "local": "cancelled"}
+        row = Store(db).task(h.id)
+        assert row is not None and row["compute_task_id"] == sites["delta"].tid()
+        assert row["state"] == "completed" and row["site"] == "delta"
+        second.close()
+    finally:
+        for s in sites.values():
+            s.close()
+
+
+# --- the real local federation ------------------------------------------------------------
+TAG = "fed-test-hedge-fill"
+HOLD = "fed-test-hedge-hold"
+
+
+def _delta_first_hedge() -> Policy:
+    """Prefers Delta whatever its queue, and hedges with the best other site."""
+    return Policy(
+        name="delta-first-hedge",
+        key=lambda c: (0.0 if c.site == "delta" else 1.0, c.predicted_wait_s),
+        hedge_within=0.0,
+    )
+
+
+def _ours(slurm: Any, site: str) -> list[str]:
+    """Jobs on ``site`` that are not this test's fillers (i.e. the copies' batch jobs)."""
+    return [j for j in queued_jobs(slurm, site) if TAG not in j and HOLD not in j]
+
+
+def _until(what: str, check: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+def _hold_local(slurm: Any) -> None:
+    """Fill the local site's debug nodes, so its copy queues until the test lets it go."""
+    for _ in range(2):
+        res = slurm.run(
+            "local",
+            [
+                "sbatch",
+                "--parsable",
+                f"--job-name={HOLD}",
+                "--partition=debug",
+                "--cpus-per-task=8",
+                "--mem=1G",
+                "--time=00:30:00",
+                "--output=/dev/null",
+                "--wrap=sleep 600",
+            ],
+        )
+        assert res.returncode == 0, res.stderr
+    _until(
+        "local's holders run",
+        lambda: sum("RUNNING" in j for j in queued_jobs(slurm, "local")) == 2,
+        30,
+    )
+
+
+@pytest.mark.slurm
+def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
+    coord = local.connect(telemetry=False, probe_timeout_s=60, policy=_delta_first_hedge())
+    slurm = local.slurm
+    try:
+        wait_until_quiet(slurm, ("local", "delta"))
+        since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")  # the clusters' local time
+        fill_delta_cpu(slurm, TAG)
+        _hold_local(slurm)  # both copies queue: the race starts when the test says so
+        env = ResourceEnvelope(sites=("delta", "local"), cpus_min=4, mem_gb_min=4, walltime_s=600)
+        h = coord.submit_task(PythonTask(report_allocation, (0.5,)), env)
+        first: Candidate = h.decision.chosen
+        assert first.site == "delta" and [c.site for c in h.decision.hedges] == ["local"]
+        # the Delta copy's batch job waits behind the fillers; then the local site frees up
+        _until("the Delta copy's batch job is queued", lambda: _ours(slurm, "delta"), 120)
+        _until("the local copy's batch job is queued", lambda: _ours(slurm, "local"), 120)
+        assert [c.state for c in h.copies] == ["queued", "queued"] and not h.done
+        delta_tid = h.copies[0].compute_task_id
+        assert delta_tid is not None
+        slurm.run("local", ["scancel", f"--name={HOLD}"])
+        r = coord.get_result(h, timeout_s=240)
+        assert r.status == "completed", r.error
+        assert r.site == "local" and r.value["cluster"] == "local"
+        assert r.slurm_job_id is not None and r.value["slurm_job_id"] == r.slurm_job_id
+        events = coord.history(h.id)
+        assert [e.kind for e in events] == [
+            "task.queued",
+            "task.hedge_cancelled",
+            "task.started",
+            "task.completed",
+        ]
+        gone = events[1]
+        assert gone.site == "delta" and gone.detail["partition"] == first.partition
+        assert gone.detail["compute_task_id"] == delta_tid and gone.detail["cancelled"] is True
+        assert gone.detail["held_s"] > 0 and gone.detail["winner_site"] == "local"
+        assert events[2].site == "local" and events[3].site == "local"
+        assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
+        # the Delta copy's batch job left Delta's queue: only the fillers are left
+        _until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
+        assert all(TAG in j for j in queued_jobs(slurm, "delta"))
+        # and Delta's accounting agrees: our batch job there was cancelled, never started
+        acct = slurm.run(
+            "delta",
+            ["sacct", "-X", "-a", "-n", "-P", "-S", since, "-o", "JobID,JobName,State,Start"],
+        )
+        assert acct.returncode == 0, acct.stderr
+        ours = [ln.split("|") for ln in acct.stdout.splitlines() if ln and TAG not in ln]
+        assert ours, acct.stdout  # the batch job seen queued above
+        for job_id, _name, state, start in ours:
+            assert state.startswith("CANCELLED") and start in ("None", "Unknown"), job_id
+        # the site's own 'cancelled' result for that copy arrives, and changes nothing
+        loser = h.copies[0].future
+        assert loser is not None and loser.exception(timeout=30) is not None
+        assert coord.get_result(h, timeout_s=1).site == "local"
+        assert Counter(e.kind for e in coord.history(h.id)) == Counter(e.kind for e in events)
+    finally:
+        slurm.run("delta", ["scancel", f"--name={TAG}"])
+        slurm.run("local", ["scancel", f"--name={HOLD}"])
+        coord.close()
