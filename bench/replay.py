@@ -35,16 +35,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
-from federation.metrics import Outcome, PolicySummary, fmt_s, hedged, summarize  # noqa: E402
-from federation.placement import Candidate, enumerate_candidates  # noqa: E402
+from federation.metrics import (  # noqa: E402
+    Outcome,
+    PolicySummary,
+    fmt_s,
+    hedged,
+    hedged_over_time,
+    summarize,
+)
+from federation.placement import (  # noqa: E402
+    Candidate,
+    PlacementDecision,
+    enumerate_candidates,
+)
 from federation.policies import (  # noqa: E402
     Policy,
+    Watch,
     best_feasible,
     earliest_start,
     fixed_site,
     shortest_queue,
     twin,
     twin_hedge,
+    twin_watch,
 )
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
@@ -126,6 +139,34 @@ class Cell:
     seconds: float
 
 
+@dataclass
+class Pending:
+    """A task of a watching policy whose copies may all still be queued."""
+
+    policy: Policy
+    w: Workload
+    submit_s: float
+    noise: float
+    first: PlacementDecision
+    copies: list[tuple[str, float, float, float]]  # (site, submitted, start, end)
+    oracle: tuple[float, float]  # (start, end)
+
+    def started_by(self, t: float) -> bool:
+        return min(c[2] for c in self.copies) <= t
+
+    def outcome(self) -> Outcome:
+        comp, wait, held = hedged_over_time([c[1:] for c in self.copies], self.submit_s)
+        return Outcome(
+            completion_s=comp,
+            wait_s=wait,
+            oracle_completion_s=self.oracle[1] - self.submit_s,
+            oracle_wait_s=self.oracle[0] - self.submit_s,
+            predicted_wait_s=self.first.chosen.predicted_wait_s,
+            copies=len(self.copies),
+            hedge_held_s=held,
+        )
+
+
 def run_cell(
     trace_name: str,
     trace: Sequence[TraceJob],
@@ -170,11 +211,25 @@ def run_cell(
         w.name: make_policies(twin_pred, runtimes, w, max_copies, single) for w in WORKLOADS
     }
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
+    pending: list[Pending] = []
     t = warmup_h * 3600
     end = (warmup_h + hours) * 3600
-    while t < end:
+    next_round = t
+    watch_s = min((p.watch.every_s for ps in policies.values() for p in ps if p.watch), default=0)
+    # rounds every 30 min until the end; in between (and after, until every watched task
+    # has started, for at most a day) ticks at the watch interval re-judge queued tasks
+    tick_rng = np.random.default_rng(seed + 1_000_003)  # ticks leave the rounds' draws alone
+    while t < end or (pending and t < end + 86400):
+        is_round = next_round <= t < end
+        pending = _score_started(pending, t, outcomes)
+        if not is_round and not any(
+            p.policy.overdue(p.first, len(p.copies), t - p.submit_s) for p in pending
+        ):  # nothing to judge at this tick: no probe needed
+            t = _next_tick(t, next_round, end, watch_s, pending)
+            continue
         # probes: a snapshot of each site, up to one probe interval old
-        probe_t = t - float(rng.uniform(0, probe_interval_s))
+        draw = rng if is_round else tick_rng
+        probe_t = t - float(draw.uniform(0, probe_interval_s))
         snaps = []
         for sim in sims.values():
             sim.advance(probe_t)
@@ -185,11 +240,89 @@ def run_cell(
         last_look = t
         now_dt = DEFAULT_EPOCH + timedelta(seconds=t)
         fed = FederationSnapshot(taken_at=now_dt, sites=tuple(snaps))
-        for w in WORKLOADS:
-            _one_task(w, specs, sims, fed, now_dt, t, policies[w.name], runtimes, rng, outcomes)
-        t += 1800.0
+        _watch(pending, specs, sims, fed, now_dt, t)
+        if is_round:
+            for w in WORKLOADS:
+                _one_task(
+                    w,
+                    specs,
+                    sims,
+                    fed,
+                    now_dt,
+                    t,
+                    policies[w.name],
+                    runtimes,
+                    rng,
+                    outcomes,
+                    pending,
+                )
+            next_round += 1800.0
+        t = _next_tick(t, next_round, end, watch_s, pending)
+    for p in pending:  # still queued a day after the last round: scored as they stand
+        outcomes[p.policy.name].append(p.outcome())
     util = {n: round(s.utilization((warmup_h * 3600, end)), 3) for n, s in sims.items()}
     return Cell(trace_name, regime, seed, outcomes, util, time.monotonic() - t_start)
+
+
+def _next_tick(
+    t: float, next_round: float, end: float, watch_s: float, pending: list[Pending]
+) -> float:
+    """The next round, or sooner the next watch tick while watched tasks are queued."""
+    nxt = next_round if next_round < end else float("inf")
+    if watch_s and pending:
+        return min(nxt, t + watch_s)
+    return nxt
+
+
+def _score_started(
+    pending: list[Pending], t: float, outcomes: dict[str, list[Outcome]]
+) -> list[Pending]:
+    """Score the watched tasks that have started by ``t`` (a copy won); the rest wait."""
+    still = []
+    for p in pending:
+        if p.started_by(t):
+            outcomes[p.policy.name].append(p.outcome())
+        else:
+            still.append(p)
+    return still
+
+
+def _watch(
+    pending: list[Pending],
+    specs: dict[str, SiteSpec],
+    sims: dict[str, SimSite],
+    fed: FederationSnapshot,
+    now_dt: object,
+    t: float,
+) -> None:
+    """Re-judge every watched task still queued at ``t`` and overdue: maybe one more copy."""
+    fresh: dict[tuple[str, str], PlacementDecision] = {}
+    for p in pending:
+        if not p.policy.overdue(p.first, len(p.copies), t - p.submit_s):
+            continue
+        key = (p.policy.name, p.w.name)
+        if key not in fresh:
+            sites = list(specs.values())
+            fresh[key] = p.policy.decide(p.w.envelope, sites, fed, now_dt)  # type: ignore[arg-type]
+        holding = [c[0] for c in p.copies]
+        c = p.policy.extra_copy(p.first, fresh[key], holding, t - p.submit_s)
+        if c is None:
+            continue
+        (se,) = sims[c.site].what_if_many([_probe_job(p.w, c, specs, p.noise)])
+        p.copies.append((c.site, t, *se))
+
+
+def _probe_job(w: Workload, c: Candidate, specs: dict[str, SiteSpec], noise: float) -> SimJob:
+    """The probe task at candidate ``c`` as a batch job, with its true run time."""
+    return SimJob(
+        partition=c.partition,
+        walltime_s=float(c.shape.walltime_s),
+        run_s=true_runtime(w, c.shape, specs[c.site], noise),
+        nodes=1,
+        cpus_per_node=c.shape.cpus,
+        mem_mb_per_node=c.shape.mem_gb * 1024,
+        gpus_per_node=c.shape.gpus,
+    )
 
 
 def _aged(snap: SiteSnapshot, age_s: float) -> SiteSnapshot:
@@ -220,6 +353,7 @@ def _one_task(
     runtimes: TaskRuntimeModel,
     rng: np.random.Generator,
     outcomes: dict[str, list[Outcome]],
+    pending: list[Pending],
 ) -> None:
     noise = float(rng.lognormal(0.0, 0.15))
     # the oracle: every feasible (site, partition, shape), played forward with true runtimes
@@ -235,17 +369,7 @@ def _one_task(
     table: dict[tuple[str, str, int, int], tuple[float, float]] = {}
     by_site: dict[str, list[tuple[Candidate, SimJob]]] = defaultdict(list)
     for c in cands:
-        run = true_runtime(w, c.shape, specs[c.site], noise)
-        job = SimJob(
-            partition=c.partition,
-            walltime_s=float(c.shape.walltime_s),
-            run_s=run,
-            nodes=1,
-            cpus_per_node=c.shape.cpus,
-            mem_mb_per_node=c.shape.mem_gb * 1024,
-            gpus_per_node=c.shape.gpus,
-        )
-        by_site[c.site].append((c, job))
+        by_site[c.site].append((c, _probe_job(w, c, specs, noise)))
     for site, pairs in by_site.items():
         results = sims[site].what_if_many([j for _, j in pairs])
         for (c, _), se in zip(pairs, results, strict=True):
@@ -257,6 +381,13 @@ def _one_task(
         d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
         copies = [d.chosen, *d.hedges]
         copy_se = [table[_key(c)] for c in copies]
+        if pol.watch is not None:
+            placed = [(c.site, t, *se) for c, se in zip(copies, copy_se, strict=True)]
+            pending.append(Pending(pol, w, t, noise, d, placed, (o_start, o_end)))
+            observed.append(
+                (d.chosen.shape, true_runtime(w, d.chosen.shape, specs[d.chosen.site], noise))
+            )
+            continue
         comp, wait, held = hedged(copy_se, t)
         outcomes[pol.name].append(
             Outcome(
@@ -290,6 +421,7 @@ def make_policies(
     w: Workload,
     max_copies: int = 2,
     single: TwinPredictor | None = None,
+    watch: Watch | None = None,
 ) -> list[Policy]:
     """The compared policies for one workload (runtime predictions from the shared model).
 
@@ -317,6 +449,7 @@ def make_policies(
         bf,
         twin(single or twin_pred, rt),
         twin_hedge(twin_pred, rt, max_copies=max_copies),
+        twin_watch(twin_pred, rt, max_copies=max_copies, watch=watch),
     ]
 
 

@@ -107,13 +107,24 @@ def hedged(
 
     Returns (completion after submit, wait, queue time the cancelled copies held).
     """
-    if not starts_ends:
+    return hedged_over_time([(submit_s, s, e) for s, e in starts_ends], submit_s)
+
+
+def hedged_over_time(
+    copies: Sequence[tuple[float, float, float]], submit_s: float
+) -> tuple[float, float, float]:
+    """:func:`hedged` for copies submitted at different times: ``(submitted, start, end)``.
+
+    The first copy to start wins; every other copy is cancelled then, having held the queue
+    from its own submission. Times are returned relative to the task's ``submit_s``.
+    """
+    if not copies:
         raise ValueError("hedged() needs at least one copy")
-    win = min(range(len(starts_ends)), key=lambda i: (starts_ends[i][0], starts_ends[i][1]))
-    start, end = starts_ends[win]
-    held = sum(
-        max(0.0, min(s, start) - submit_s) for i, (s, _) in enumerate(starts_ends) if i != win
-    )
+    if any(c[0] < submit_s or c[1] < c[0] for c in copies):
+        raise ValueError(f"a copy was submitted before the task or started before it: {copies}")
+    win = min(range(len(copies)), key=lambda i: (copies[i][1], copies[i][2]))
+    _, start, end = copies[win]
+    held = sum(max(0.0, min(s, start) - sub) for i, (sub, s, _) in enumerate(copies) if i != win)
     return end - submit_s, start - submit_s, held
 
 

@@ -15,7 +15,14 @@ functions, and ranks. Every decision records all candidates and every rejection.
   usefulness threshold; ranks on completion plus a risk premium on the wait's spread.
 * ``twin-hedge`` — ours: ``twin`` plus a second copy at another site when the runner-up is
   close or the favourite's wait is uncertain; the first copy to start wins, the other is
-  cancelled (its queue time is reported as the hedge's cost).
+  cancelled (its queue time is reported as the hedge's cost). It runs live too
+  (``Coordinator(policy="twin-hedge")`` with snapshot waits, or any hedging ``Policy``):
+  the coordinator ships the copies and cancels the losers (``task.hedge_cancelled``).
+* ``twin-watch`` — ours: ``twin-hedge`` that keeps watching. While every copy of a task is
+  still queued past its predicted start, each new snapshot re-judges it: where a fresh
+  submission now finishes sooner (by a margin) than at the sites holding its copies, one
+  more copy goes there (up to ``Watch.max_copies``). Queues that end early or late by
+  surprise are caught a probe interval later instead of never.
 """
 
 from __future__ import annotations
@@ -46,6 +53,20 @@ PrepareFn = Callable[
 """Called before a decision's enumeration (e.g. to batch the wait predictions it will ask)."""
 
 
+@dataclass(frozen=True)
+class Watch:
+    """How a policy keeps judging a task whose copies are all still queued."""
+
+    every_s: float = 600.0
+    """How often the task is judged again (the coordinator's probe cadence or slower)."""
+    overdue_s: float = 300.0
+    """Judged only once it is queued this much longer than its chosen copy's prediction."""
+    margin_s: float = 300.0
+    """Another site must finish it at least this much sooner to earn a copy."""
+    max_copies: int = 3
+    """Copies at most over the task's life, each at a different site."""
+
+
 def _tie(c: Candidate) -> tuple[float, ...]:
     return (c.waste, -c.free_fraction)
 
@@ -71,6 +92,8 @@ class Policy:
     notes: dict[str, str] = field(default_factory=dict)
     prepare: PrepareFn | None = None
     """Runs before the enumeration; must not change any prediction (only precompute)."""
+    watch: Watch | None = None
+    """Keep judging a task still queued (see :meth:`extra_copy`); None: decide once."""
 
     def decide(
         self,
@@ -107,6 +130,43 @@ class Policy:
             snapshot_taken_at=snapshot.taken_at,
             decided_at=now,
         )
+
+    def overdue(self, first: PlacementDecision, copies: int, queued_s: float) -> bool:
+        """Whether a task with ``copies`` copies, all queued for ``queued_s``, is judged again:
+        it is watched, below ``max_copies``, and ``overdue_s`` past its predicted wait."""
+        w = self.watch
+        if w is None or copies >= w.max_copies:
+            return False
+        return queued_s >= first.chosen.predicted_wait_s + w.overdue_s
+
+    def extra_copy(
+        self,
+        first: PlacementDecision,
+        fresh: PlacementDecision,
+        holding: Sequence[str],
+        queued_s: float,
+    ) -> Candidate | None:
+        """Where to add a copy of a task still queued at ``holding`` sites, if anywhere.
+
+        ``first`` is the decision made on submit, ``fresh`` one made now on a new snapshot,
+        ``queued_s`` how long the task has waited. A copy is added only when the task is
+        overdue (queued ``overdue_s`` past the chosen copy's predicted wait), the copies
+        are fewer than ``max_copies``, and a site not holding one finishes it, by the fresh
+        prediction, ``margin_s`` sooner than a fresh submission at any holding site (a
+        conservative stand-in for the queued copies, which are further ahead).
+        """
+        if not self.overdue(first, len(holding), queued_s):
+            return None
+        w = self.watch
+        assert w is not None
+        others = [c for c in fresh.candidates if c.site not in holding]
+        if not others:
+            return None
+        best = others[0]  # candidates are ranked, the chosen one first
+        here = [self.key(c)[0] for c in fresh.candidates if c.site in holding]
+        if here and self.key(best)[0] + w.margin_s >= min(here):
+            return None
+        return best
 
     def _apply_usefulness(self, ranked: list[Candidate]) -> Candidate:
         best = ranked[0]
@@ -216,11 +276,34 @@ def twin_hedge(
     return p
 
 
+def twin_watch(
+    wait_fn: WaitFn,
+    runtime_fn: RuntimeFn | None,
+    *,
+    watch: Watch | None = None,
+    max_copies: int = 2,
+) -> Policy:
+    """``twin-hedge`` that re-judges a task while all its copies are still queued."""
+    p = twin_hedge(wait_fn, runtime_fn, max_copies=max_copies)
+    p.name = "twin-watch"
+    p.watch = watch or Watch()
+    return p
+
+
 _SIMPLE: dict[str, Callable[[], Policy]] = {
     "earliest-start": earliest_start,
     "shortest-queue": shortest_queue,
     "best-feasible": best_feasible,
 }
+
+
+_SNAPSHOT_PREDICTED: dict[str, Callable[[], Policy]] = {
+    "twin-hedge": lambda: twin_hedge(snapshot_wait, None),
+}
+"""Predictor-based policies a coordinator can name in configuration: waits from the
+snapshot alone (:func:`~federation.placement.snapshot_wait`, a point estimate, so a hedge
+is placed when the runner-up site is close), no runtime model. A coordinator with learned
+predictors passes the :class:`Policy` itself (``twin_hedge(TwinPredictor(...), runtime)``)."""
 
 
 def get_policy(name: str | Policy) -> Policy:
@@ -231,7 +314,10 @@ def get_policy(name: str | Policy) -> Policy:
         return fixed_site(name.split(":", 1)[1])
     if name in _SIMPLE:
         return _SIMPLE[name]()
+    if name in _SNAPSHOT_PREDICTED:
+        return _SNAPSHOT_PREDICTED[name]()
     raise BadEnvelopeError(
-        f"unknown placement policy {name!r}; use one of {sorted(_SIMPLE)} or 'fixed:<site>' "
-        "(twin and twin-hedge need predictors: build them with federation.policies.twin)"
+        f"unknown placement policy {name!r}; use one of "
+        f"{sorted([*_SIMPLE, *_SNAPSHOT_PREDICTED])} or 'fixed:<site>' "
+        "(twin and the other predictor-based policies: build them with federation.policies)"
     )

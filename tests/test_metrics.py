@@ -49,6 +49,19 @@ def test_hedge_first_start_wins_and_loser_held_queue_time() -> None:
         hedged([], 0.0)
 
 
+def test_a_copy_added_later_can_win_and_the_first_holds_until_then() -> None:
+    from federation.metrics import hedged_over_time
+
+    # submitted at 0 (starts at 5000), a second copy at 1800 starts at 2000 and wins
+    comp, wait, held = hedged_over_time([(0.0, 5000.0, 5600.0), (1800.0, 2000.0, 2700.0)], 0.0)
+    assert (comp, wait, held) == (2700.0, 2000.0, 2000.0)
+    # a later copy that never beats the first held the queue from its own submission
+    comp, wait, held = hedged_over_time([(0.0, 900.0, 1500.0), (600.0, 4000.0, 4600.0)], 0.0)
+    assert (comp, wait, held) == (1500.0, 900.0, 300.0)
+    with pytest.raises(ValueError, match="submitted before the task"):
+        hedged_over_time([(-1.0, 0.0, 1.0)], 0.0)
+
+
 def test_empty_outcomes_is_an_error() -> None:
     with pytest.raises(ValueError, match="no outcomes"):
         summarize("p", [])

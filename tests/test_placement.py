@@ -227,12 +227,14 @@ def test_format_walltime() -> None:
 # --- policies ------------------------------------------------------------------------------
 from federation.placement import snapshot_wait  # noqa: E402
 from federation.policies import (  # noqa: E402
+    Watch,
     best_feasible,
     fixed_site,
     get_policy,
     shortest_queue,
     twin,
     twin_hedge,
+    twin_watch,
 )
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 
@@ -302,6 +304,40 @@ def test_twin_hedge_adds_a_copy_at_another_site_when_close() -> None:
     d = twin_hedge(snapshot_wait, lambda s: 600.0).decide(env, SPECS, _fed(), NOW)
     assert len(d.hedges) == 1 and d.hedges[0].site != d.chosen.site
     assert {d.chosen.site, d.hedges[0].site} == {"anvil", "delta"}
+
+
+def test_twin_watch_adds_a_copy_only_to_an_overdue_task_where_another_site_is_sooner() -> None:
+    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=32)
+    pol = twin_watch(
+        snapshot_wait,
+        lambda s: 600.0,
+        watch=Watch(overdue_s=300.0, margin_s=300.0, max_copies=3),
+        max_copies=1,
+    )
+    first = pol.decide(env, SPECS, _fed(), NOW)  # idle: predicted to start at once
+    assert first.chosen.predicted_wait_s == 0 and first.hedges == ()
+    held = [first.chosen.site]
+    other = "anvil" if held == ["delta"] else "delta"
+    # now the holding site's A100 nodes are busy for an hour, with more waiting
+    stuck = {s.name: (s, {"gpuA100x4": 2, "gpu": 2}) for s in SPECS if s.name in held}
+    fresh = pol.decide(
+        env,
+        SPECS,
+        _fed(**{n: _site_snapshot(s, busy=b, pending=b) for n, (s, b) in stuck.items()}),
+        NOW,
+    )
+    # not overdue yet (queued 200 s < 0 s predicted + 300 s): left alone
+    assert not pol.overdue(first, 1, queued_s=200.0) and pol.overdue(first, 1, queued_s=300.0)
+    assert not pol.overdue(first, 3, queued_s=1e6)  # at max_copies: never judged again
+    assert pol.extra_copy(first, fresh, held, queued_s=200.0) is None
+    extra = pol.extra_copy(first, fresh, held, queued_s=400.0)
+    assert extra is not None and extra.site == other and extra.predicted_wait_s == 0
+    # at its copy limit, or where no other site is sooner by the margin: no copy
+    assert pol.extra_copy(first, fresh, [held[0], other, "deltaai"], queued_s=400.0) is None
+    calm = pol.decide(env, SPECS, _fed(), NOW)
+    assert pol.extra_copy(first, calm, held, queued_s=400.0) is None
+    # a policy that does not watch never adds one
+    assert twin_hedge(snapshot_wait, lambda s: 600.0).extra_copy(first, fresh, held, 1e6) is None
 
 
 def test_unknown_policy_names_the_choices() -> None:

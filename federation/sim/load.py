@@ -233,16 +233,14 @@ def _stream(
     duration_s: float,
     start_offset_s: float | None,
     rng: np.random.Generator,
-    max_gap_s: float | None,
+    submits: np.ndarray,
 ) -> tuple[list[SimJob], PartitionLoad]:
-    """Consecutive jobs from a start point (wrapping), mapped lazily, up to the target work."""
+    """Consecutive jobs from a start point (wrapping), mapped lazily, up to the target work.
+
+    ``submits``: the arrival times of ``order``'s jobs (:func:`_arrivals`)."""
     counts: Counter[str] = Counter()
     if len(order) == 0:
         raise LoadError(f"partition {part.name}: the trace has no jobs")
-    submits = np.fromiter((jobs[i].submit_s for i in order), dtype=np.float64, count=len(order))
-    if max_gap_s is not None and len(submits) > 1:
-        gaps = np.minimum(np.diff(submits), max_gap_s)
-        submits = submits[0] + np.concatenate(([0.0], np.cumsum(gaps)))
     t_first, t_last = float(submits[0]), float(submits[-1])
     span = max(t_last - t_first, 1.0)
     period = span + span / max(len(order) - 1, 1)  # wrap-around: one mean gap after the last
@@ -302,6 +300,15 @@ ACTIVE_SHARE = 0.98
 """Share of a trace's jobs kept: those in the shortest submit-time interval holding it."""
 
 
+def _arrivals(jobs: Sequence[TraceJob], order: np.ndarray, max_gap_s: float | None) -> np.ndarray:
+    """Submit times of ``order``'s jobs, pauses longer than ``max_gap_s`` shortened to it."""
+    submits = np.fromiter((jobs[i].submit_s for i in order), dtype=np.float64, count=len(order))
+    if max_gap_s is not None and len(submits) > 1:
+        gaps = np.minimum(np.diff(submits), max_gap_s)
+        submits = submits[0] + np.concatenate(([0.0], np.cumsum(gaps)))
+    return submits
+
+
 def _order(jobs: Sequence[TraceJob]) -> np.ndarray:
     """Indices of the trace's active span, by submit time (see :data:`ACTIVE_SHARE`)."""
     submits = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
@@ -342,18 +349,13 @@ def _busy_offset(
     target: float,
     duration_s: float,
     seed: int,
-    max_gap_s: float | None,
+    submits: np.ndarray,
     window_s: tuple[float, float],
     candidates: int,
 ) -> float:
     """The busy-window rule (see :func:`busy_start_offset`) for one partition's stream."""
     if candidates < 1:
         raise LoadError(f"window_candidates must be >= 1, got {candidates}")
-    submits = np.fromiter((jobs[i].submit_s for i in order), dtype=np.float64, count=len(order))
-    if max_gap_s is not None and len(submits) > 1:
-        submits = submits[0] + np.concatenate(
-            ([0.0], np.cumsum(np.minimum(np.diff(submits), max_gap_s)))
-        )
     span = max(float(submits[-1] - submits[0]), 1.0)
     period = span + span / max(len(order) - 1, 1)
     offsets = [i * period / candidates for i in range(candidates)]
@@ -363,7 +365,7 @@ def _busy_offset(
         probe_rng = _rng(seed, part.name + "/window")
         sim_jobs, _ = _stream(
             part, nodes, jobs, order, trace_procs, source, target, duration_s, off,
-            probe_rng, max_gap_s,
+            probe_rng, submits,
         )  # fmt: skip
         offered.append(window_offered(sim_jobs, part, nodes, window_s))
     return busy_start_offset(offsets, offered, target, _rng(seed, part.name + "/pick"))
@@ -442,6 +444,7 @@ def background_load(
     tprocs = _trace_procs(trace, trace_procs)
     gpu_jobs = [j for j in gpu_trace if j.gpus > 0] if gpu_trace is not None else None
     orders: dict[str, np.ndarray] = {}
+    arrivals: dict[str, np.ndarray] = {}
     all_jobs: list[SimJob] = []
     infos: list[PartitionLoad] = []
     for part in spec.partitions:
@@ -466,6 +469,7 @@ def background_load(
         key = "gpu" if source == "gpu_trace" else "cpu"
         if key not in orders:
             orders[key] = _order(src_jobs)
+            arrivals[key] = _arrivals(src_jobs, orders[key], max_gap_s)
         offset = start_offset_s
         if offset is None and busy_window_s is not None:
             offset = _busy_offset(
@@ -478,7 +482,7 @@ def background_load(
                 target,
                 duration_s,
                 seed,
-                max_gap_s,
+                arrivals[key],
                 busy_window_s,
                 window_candidates,
             )
@@ -493,7 +497,7 @@ def background_load(
             duration_s,
             offset,
             _rng(seed, part.name),
-            max_gap_s,
+            arrivals[key],
         )
         all_jobs.extend(jobs)
         infos.append(info)
