@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -10,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -33,6 +34,7 @@ from federation.json_values import json_value
 from federation.milestones import Milestones, MilestoneWatcher
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.placement import Candidate, PlacementDecision, place
+from federation.policies import Policy, Watch, get_policy
 from federation.provenance import Accounting, fetch_accounting
 from federation.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, StorageRoot, as_ref, shipped
 from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate, PolicyOutcome
@@ -65,7 +67,7 @@ class Coordinator:
         self,
         backends: Iterable[SiteBackend],
         *,
-        policy: str = "earliest-start",
+        policy: str | Policy = "earliest-start",
         probe_timeout_s: float = 30.0,
         probe_interval_s: float = 0.0,
         telemetry: Telemetry | None = None,
@@ -111,6 +113,8 @@ class Coordinator:
         """Hedged handles with a copy whose Globus Compute task id is not indexed yet."""
         self._last_snapshot: FederationSnapshot | None = None
         self._groups: GroupManager | None = None
+        self._rejudge_pool: ThreadPoolExecutor | None = None
+        """One thread that judges watched tasks again (a watching policy's ticks)."""
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -214,7 +218,7 @@ class Coordinator:
         return self._ship(handle, task)
 
     def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
-        if handle.decision.hedges:
+        if handle.decision.hedges or self._watch_rules() is not None:
             return self._ship_copies(handle, task)
         decision = handle.decision
         shape = decision.chosen.shape
@@ -279,42 +283,147 @@ class Coordinator:
                 for c in decision.hedges
             ],
         )
-        errors: list[str] = []
-        for c in copies:
-            with self._lock:
-                if not c.queued:  # another copy won before this one was sent
-                    continue
-                c._sending = True
-            try:
-                fut = self.backends[c.site].submit(
-                    self._shipped(handle, task, c), c.candidate.shape
-                )
-            except Exception as e:
-                errors.append(f"{c.candidate.shape.describe()}: {e}")
-                with self._lock:
-                    c._sending = False
-                    late = c.cancelling
-                if late:  # another copy won meanwhile: this one never reached its site
-                    self._cancel_copy(handle, c)
-                else:
-                    self._copy_failed(handle, c, f"submission to {c.site} failed: {e}", e)
-                continue
-            with self._lock:
-                c.future = fut
-                c._sending = False
-                late = c.cancelling  # another copy won while this one was sent
-            if self.store is not None:
-                tid = _await_task_id(fut, ACK_TIMEOUT_S)
-                if tid is not None:
-                    self.store.update_task_copy(handle.id, c.index, compute_task_id=tid)
-            if late:
-                self._cancel_copy(handle, c)
-                continue
-            fut.add_done_callback(functools.partial(self._on_copy_done, handle, c))
+        errors = [e for c in copies if (e := self._send_copy(handle, task, c)) is not None]
         if len(errors) == len(copies):
             message = "submission of every copy failed: " + "; ".join(errors)
             raise FederationError(message)
+        self._arm_rejudge(handle)
         return handle
+
+    def _send_copy(self, handle: TaskHandle, task: TaskSpec, c: TaskCopy) -> str | None:
+        """Ship one copy to its site; the error, if its submission failed."""
+        with self._lock:
+            if not c.queued:  # another copy won before this one was sent
+                return None
+            c._sending = True
+        try:
+            fut = self.backends[c.site].submit(self._shipped(handle, task, c), c.candidate.shape)
+        except Exception as e:
+            with self._lock:
+                c._sending = False
+                late = c.cancelling
+            if late:  # another copy won meanwhile: this one never reached its site
+                self._cancel_copy(handle, c)
+            else:
+                self._copy_failed(handle, c, f"submission to {c.site} failed: {e}", e)
+            return f"{c.candidate.shape.describe()}: {e}"
+        with self._lock:
+            c.future = fut
+            c._sending = False
+            late = c.cancelling  # another copy won while this one was sent
+        if self.store is not None:
+            tid = _await_task_id(fut, ACK_TIMEOUT_S)
+            if tid is not None:
+                self.store.update_task_copy(handle.id, c.index, compute_task_id=tid)
+        if late:
+            self._cancel_copy(handle, c)
+            return None
+        fut.add_done_callback(functools.partial(self._on_copy_done, handle, c))
+        return None
+
+    # --- watching: a task still queued past its prediction is judged again ---------------
+    def _watch_rules(self) -> Watch | None:
+        return get_policy(self.policy).watch
+
+    def _arm_rejudge(self, h: TaskHandle, delay_s: float | None = None) -> None:
+        """Judge ``h`` again once it is overdue (then every ``Watch.every_s``)."""
+        w = self._watch_rules()
+        if w is None or h.task is None or h.done or len(h.copies) >= w.max_copies:
+            return
+        if delay_s is None:  # first: when it becomes overdue
+            queued = (datetime.now(UTC) - h.submitted_at).total_seconds()
+            delay_s = h.decision.chosen.predicted_wait_s + w.overdue_s - queued
+        with self._lock:
+            if self._rejudge_pool is None:
+                self._rejudge_pool = ThreadPoolExecutor(1, thread_name_prefix="federation-rejudge")
+            pool = self._rejudge_pool
+
+        def due() -> None:
+            with contextlib.suppress(RuntimeError):  # the coordinator is closing
+                pool.submit(self._rejudge, h)
+
+        with contextlib.suppress(RuntimeError):  # the coordinator is closing
+            self.milestones.timers.call_later(delay_s, due)
+
+    def _rejudge(self, h: TaskHandle) -> None:
+        """A watched task still queued: add a copy where a fresh submission finishes sooner.
+
+        Placed on a snapshot at most half a watch period old, so the sites are probed at
+        most twice per period however many tasks are watched. The copy joins the race
+        like a hedge (first to start wins) and is recorded before it is shipped
+        (``task.copy_added``).
+        """
+        pol = get_policy(self.policy)
+        w = pol.watch
+        if w is None or h.task is None:
+            return
+        with self._lock:
+            if h.done or h.winner is not None:
+                return
+            holding = [c.site for c in h.copies if c.state == "queued"]
+            tried = {c.site for c in h.copies}
+            n = len(h.copies)
+        now = datetime.now(UTC)
+        queued_s = (now - h.submitted_at).total_seconds()
+        if not holding or n >= w.max_copies:
+            return
+        if not pol.overdue(h.decision, n, queued_s):
+            self._arm_rejudge(h, w.every_s)
+            return
+        try:
+            snap = self.snapshot(max_age_s=max(self.probe_interval_s, w.every_s / 2))
+            fresh = pol.decide(h.envelope, [b.spec for b in self.backends.values()], snap, now)
+        except Exception as e:  # nothing feasible now, a probe failed: judged again later
+            logger.info("judging %s again failed: %s", h.id, e)
+            self._arm_rejudge(h, w.every_s)
+            return
+        open_ = tuple(c for c in fresh.candidates if c.site in holding or c.site not in tried)
+        cand = pol.extra_copy(
+            h.decision, fresh.model_copy(update={"candidates": open_}), holding, queued_s
+        )
+        if cand is not None:
+            self._add_copy(h, cand, queued_s, fresh)
+        self._arm_rejudge(h, w.every_s)
+
+    def _add_copy(
+        self, h: TaskHandle, cand: Candidate, queued_s: float, fresh: PlacementDecision
+    ) -> None:
+        assert h.task is not None
+        with self._lock:
+            if h.done or h.winner is not None:
+                return
+            c = TaskCopy(len(h.copies), cand)
+            h.copies.append(c)
+            self._hedged[h.id] = h  # its compute task id is indexed on first report
+        if self.store is not None:
+            try:
+                self.store.insert_task_copy(h.id, _copy_row(c))
+            except Exception as e:  # not durable: not shipped
+                with self._lock:
+                    c.state, c.error, c.ended_at = "failed", f"not recorded: {e}", datetime.now(UTC)
+                logger.warning("copy of %s on %s not recorded, not shipped: %s", h.id, c.site, e)
+                return
+        self.events.emit(
+            "task.copy_added",
+            h.id,
+            c.site,
+            partition=c.partition,
+            shape=cand.shape.describe(),
+            predicted_wait_s=cand.predicted_wait_s,
+            predicted_completion_s=cand.predicted_completion_s,
+            queued_s=round(queued_s, 3),
+            copies=len(h.copies),
+            reason=(
+                f"queued {queued_s:.0f} s, predicted {h.decision.chosen.predicted_wait_s:.0f} s;"
+                f" a fresh submission to {c.site} is predicted to finish in"
+                f" {cand.predicted_completion_s:.0f} s"
+            ),
+            holding=sorted({x.site for x in h.copies if x is not c and x.queued}),
+            snapshot_taken_at=fresh.snapshot_taken_at.isoformat(),
+        )
+        error = self._send_copy(h, h.task, c)
+        if error is not None:
+            h.notes.append(f"added copy could not be shipped: {error}")
 
     def _copy_failed(
         self, handle: TaskHandle, c: TaskCopy, message: str, exc: BaseException | None
@@ -335,6 +444,14 @@ class Coordinator:
         text = "; ".join(f"{x.site}/{x.partition}: {x.error}" for x in failed)
         traceback = str(exc) if exc is not None else ""
         failure = classify(message, traceback)
+        if exc is not None and failure.retryable and handle.task is not None:
+            threading.Thread(  # off the result thread: placing again probes the sites
+                target=self._retry_or_fail,
+                args=(handle, failure, f"every copy failed: {text}", traceback),
+                daemon=True,
+                name=f"retry-{handle.id[:8]}",
+            ).start()
+            return
         self._fail(handle, f"every copy failed: {text}", traceback, failure=failure.cls)
 
     def _on_copy_done(self, handle: TaskHandle, c: TaskCopy, fut: Future[Any]) -> None:
@@ -680,7 +797,7 @@ class Coordinator:
             if h.state in ("completed", "failed"):
                 h._done.set()
                 continue
-            if h.copies:
+            if h.copies and not h.attempts:  # a retry after the race runs as one task
                 w = h.winner
                 if w is None:  # no copy started yet: the race goes on
                     with self._lock:
@@ -722,7 +839,11 @@ class Coordinator:
         """Re-attach the copies of hedged tasks; cancel the losers a won race left queued."""
         now = datetime.now(UTC)
         by_site: dict[str, list[tuple[TaskHandle, TaskCopy]]] = {}
-        won = [h for h in self.handles() if h.copies and not h.done and h.winner is not None]
+        won = [
+            h
+            for h in self.handles()
+            if h.copies and not h.attempts and not h.done and h.winner is not None
+        ]
         for h in [*racing, *won]:
             for c in h.copies:
                 if c.state != "queued":
@@ -955,6 +1076,7 @@ class Coordinator:
     def _retry(self, handle: TaskHandle, failure: Failure, traceback: str) -> bool:
         """Run a task whose infrastructure failed again, on another feasible site."""
         tried = [a["site"] for a in handle.attempts] + [handle.site]
+        tried += [c.site for c in handle.copies]
         if handle.task is None or len(handle.attempts) >= self.retry_budget:
             return False
         env = handle.envelope
@@ -985,6 +1107,17 @@ class Coordinator:
             handle.started_at = None
             handle.slurm_job_id = None
         shape = decision.chosen.shape
+        if self.store is not None:  # the attempt is on record before the retry is shipped
+            self.store.update_task(
+                handle.id,
+                site=shape.site,
+                decision=decision.model_dump_json(),
+                state="queued",
+                started_at=None,
+                slurm_job_id=None,
+                compute_task_id=None,
+                attempts=json.dumps(handle.attempts, default=str),
+            )
         self.events.emit(
             "task.retried",
             handle.id,
@@ -1000,6 +1133,12 @@ class Coordinator:
             self._fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)
             return True
         handle.future = fut
+        with self._lock:  # its start is reported under the new compute task id
+            self._unindexed[handle.id] = handle
+        if self.store is not None:
+            tid = _await_task_id(fut, ACK_TIMEOUT_S)
+            if tid is not None:
+                self.store.update_task(handle.id, compute_task_id=tid)
         fut.add_done_callback(lambda f: self._on_done(handle, f))
         return True
 
@@ -1200,6 +1339,8 @@ class Coordinator:
 
     def close(self) -> None:
         self.milestones.close()
+        if self._rejudge_pool is not None:
+            self._rejudge_pool.shutdown(wait=False, cancel_futures=True)
         self.hooks.close()
         for b in self.backends.values():
             b.close()

@@ -22,6 +22,7 @@ EventKind = Literal[
     "task.failed",
     "task.retried",
     "task.hedge_cancelled",
+    "task.copy_added",
     "task.milestone",
     "task.stalled",
     "group.submitted",

@@ -14,7 +14,7 @@ import math
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import Field
 
@@ -23,6 +23,9 @@ from federation.envelope import ResourceEnvelope, Shape
 from federation.errors import BadEnvelopeError, NoFeasibleSiteError
 from federation.sites.spec import PartitionSpec, SiteSpec
 from federation.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
+
+if TYPE_CHECKING:
+    from federation.policies import Policy
 
 MAX_PROBE_AGE_S = 600.0
 DEFAULT_BANDWIDTH_MB_S = 100.0
@@ -451,7 +454,7 @@ def place(
     envelope: ResourceEnvelope,
     sites: Sequence[SiteSpec],
     snapshot: FederationSnapshot,
-    policy: str = "earliest-start",
+    policy: str | Policy = "earliest-start",
     now: datetime | None = None,
 ) -> PlacementDecision:
     """Rank every feasible (site, partition) for ``envelope`` with a named policy.

@@ -22,7 +22,8 @@ functions, and ranks. Every decision records all candidates and every rejection.
   still queued past its predicted start, each new snapshot re-judges it: where a fresh
   submission now finishes sooner (by a margin) than at the sites holding its copies, one
   more copy goes there (up to ``Watch.max_copies``). Queues that end early or late by
-  surprise are caught a probe interval later instead of never.
+  surprise are caught a probe interval later instead of never. Live, the coordinator
+  judges each such task again on one timer and one thread (``task.copy_added``).
 """
 
 from __future__ import annotations
@@ -299,6 +300,7 @@ _SIMPLE: dict[str, Callable[[], Policy]] = {
 
 _SNAPSHOT_PREDICTED: dict[str, Callable[[], Policy]] = {
     "twin-hedge": lambda: twin_hedge(snapshot_wait, None),
+    "twin-watch": lambda: twin_watch(snapshot_wait, None),
 }
 """Predictor-based policies a coordinator can name in configuration: waits from the
 snapshot alone (:func:`~federation.placement.snapshot_wait`, a point estimate, so a hedge

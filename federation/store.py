@@ -203,17 +203,17 @@ class Store:
         with self._tx() as db:
             db.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", tuple(row.values()))
             for c in copies:
-                c = {"task_id": row["id"], **c}
-                ccols = ", ".join(c)
-                cmarks = ", ".join("?" for _ in c)
-                db.execute(
-                    f"INSERT INTO task_copies ({ccols}) VALUES ({cmarks})", tuple(c.values())
-                )
+                _insert_copy(db, row["id"], c)
 
     def update_task(self, task_id: str, **fields: Any) -> None:
         sets = ", ".join(f"{k}=?" for k in fields)
         with self._tx() as db:
             db.execute(f"UPDATE tasks SET {sets} WHERE id=?", (*fields.values(), task_id))
+
+    def insert_task_copy(self, task_id: str, copy: dict[str, Any]) -> None:
+        """Record one more copy of a task already stored (a watching policy added it)."""
+        with self._tx() as db:
+            _insert_copy(db, task_id, copy)
 
     def update_task_copy(self, task_id: str, idx: int, **fields: Any) -> None:
         """Update one hedged copy of a task (its compute task id, state, end)."""
@@ -290,3 +290,10 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _insert_copy(db: sqlite3.Connection, task_id: str, copy: dict[str, Any]) -> None:
+    c = {"task_id": task_id, **copy}
+    cols = ", ".join(c)
+    marks = ", ".join("?" for _ in c)
+    db.execute(f"INSERT INTO task_copies ({cols}) VALUES ({marks})", tuple(c.values()))

@@ -8,6 +8,7 @@ test runs the same race on the real local Slurm federation, against a full Delta
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ from federation.events import Event
 from federation.handles import TaskHandle
 from federation.local import LocalSites
 from federation.placement import Candidate
-from federation.policies import Policy, get_policy
+from federation.policies import Policy, Watch, get_policy
 from federation.sites.spec import SiteSpec, load_sites
 from federation.store import Store
 from federation.tasks import PythonTask
@@ -56,7 +57,8 @@ class GatedSite:
 
     ``cancellable=False`` models a site where the copy had already started when the
     cancel arrived; ``submit_error`` makes submission raise; ``fail_before_start`` makes
-    a task end in an error without ever reporting a start (a lost batch job). Results
+    a task end in an error without ever reporting a start (a lost batch job; a text says
+    how it was lost, e.g. a node failure, which is retryable). Results
     are ``{"site": name, "value": ...}`` so whose result the task kept is visible. Like a
     real endpoint, the site outlives a coordinator: ``reattach`` hands a new coordinator
     new futures for its tasks, and the old coordinator's futures never resolve.
@@ -68,7 +70,7 @@ class GatedSite:
         *,
         cancellable: bool = True,
         submit_error: str | None = None,
-        fail_before_start: bool = False,
+        fail_before_start: bool | str = False,
     ) -> None:
         self.spec = spec
         self.coord: Coordinator | None = None
@@ -120,7 +122,9 @@ class GatedSite:
         fut = job.fut
         try:
             if self.fail_before_start:
-                raise RuntimeError(f"batch job on {self.name} was lost before it started")
+                lost = self.fail_before_start
+                why = lost if isinstance(lost, str) else "was lost before it started"
+                raise RuntimeError(f"batch job on {self.name} {why}")
             assert self.coord is not None
             self.coord.notify_started(job.tid, job.slurm_job_id)
             value = job.task.fn(*job.task.args, **job.task.kwargs)
@@ -420,6 +424,193 @@ def test_copies_are_recorded_and_a_restart_reattaches_to_them(tmp_path: Path) ->
         assert row["state"] == "completed" and row["site"] == "delta"
         second.close()
     finally:
+        for s in sites.values():
+            s.close()
+
+
+# --- twin-watch live: a task still queued past its prediction is judged again -------------
+class _Waits:
+    """A wait predictor the test sets per site (as if the sites' queues changed)."""
+
+    def __init__(self, **waits: float) -> None:
+        self.waits = waits
+
+    def __call__(
+        self, shape: Shape, part: Any, site: Any, now: datetime
+    ) -> tuple[float, float, str]:
+        w = self.waits[shape.site]
+        return w, w, f"the test says {w:.0f} s"
+
+
+def _watching(waits: _Waits, **rules: Any) -> Policy:
+    """Ranks on predicted completion, places one copy, and watches it (fast, for a test)."""
+    return Policy(
+        name="watch-test",
+        key=lambda c: (c.predicted_completion_s,),
+        wait_fn=waits,
+        watch=Watch(**{"every_s": 0.2, "overdue_s": 0.3, "margin_s": 60.0, **rules}),
+    )
+
+
+def _watched(sites: dict[str, GatedSite], waits: _Waits, store: Store | None = None) -> Coordinator:
+    coord = FixedCoordinator(
+        list(sites.values()), policy=_watching(waits), telemetry=Telemetry(":memory:"), store=store
+    )
+    for s in sites.values():
+        s.coord = coord
+    return coord
+
+
+def _copy_added(coord: Coordinator, h: TaskHandle, timeout_s: float = 10) -> Event:
+    found = coord.events.await_event(
+        task_ids={h.id}, kinds={"task.copy_added"}, timeout_s=timeout_s
+    )
+    assert found, f"no task.copy_added within {timeout_s} s: {_kinds(coord, h)}"
+    return found[0]
+
+
+def test_twin_watch_is_reachable_by_name_and_watches() -> None:
+    pol = get_policy("twin-watch")
+    assert pol.name == "twin-watch" and pol.watch == Watch() and pol.max_copies == 2
+    assert pol.hedge_within == 0.5  # it hedges on submit like twin-hedge
+
+
+def test_an_overdue_task_gets_a_copy_where_it_now_finishes_sooner(
+    sites: dict[str, GatedSite], tmp_path: Path
+) -> None:
+    waits = _Waits(delta=0.0, local=900.0)
+    db = tmp_path / "coordinator.db"
+    coord = _watched(sites, waits, Store(db))
+    try:
+        h = coord.submit_task(PythonTask(square, (4,)), ENV)
+        assert h.site == "delta" and [c.site for c in h.copies] == ["delta"]
+        assert len(sites["local"].jobs) == 0
+        waits.waits = {"delta": 5000.0, "local": 0.0}  # Delta's queue grew; local drained
+        added = _copy_added(coord, h)
+        assert added.site == "local" and added.detail["partition"] == "debug"
+        assert added.detail["holding"] == ["delta"] and added.detail["copies"] == 2
+        assert added.detail["predicted_wait_s"] == 0.0
+        assert added.detail["queued_s"] >= 0.3  # only once overdue (predicted 0 s + 0.3 s)
+        assert "local" in added.detail["reason"]
+        # recorded, then shipped
+        rows = Store(db).task_copies(h.id)
+        assert [(r["idx"], r["site"]) for r in rows] == [(0, "delta"), (1, "local")]
+        _until("the added copy is acknowledged", lambda: len(sites["local"].jobs) == 1, 10)
+        _until(
+            "its compute id is stored",
+            lambda: Store(db).task_copies(h.id)[1]["compute_task_id"] == sites["local"].tid(),
+            10,
+        )
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.status == "completed" and r.value == {"site": "local", "value": 16}
+        assert sites["delta"].cancelled == [sites["delta"].tid()]
+        events = coord.history(h.id)
+        assert [e.kind for e in events] == [
+            "task.queued",
+            "task.copy_added",
+            "task.hedge_cancelled",
+            "task.started",
+            "task.completed",
+        ]
+        _once_each(events)
+        assert events[2].site == "delta" and events[2].detail["winner_site"] == "local"
+        assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
+    finally:
+        coord.close()
+
+
+def test_a_task_on_time_or_without_a_better_site_gets_no_copy(
+    sites: dict[str, GatedSite],
+) -> None:
+    waits = _Waits(delta=0.0, local=900.0)
+    coord = _watched(sites, waits)
+    try:
+        h = coord.submit_task(PythonTask(square, (3,)), ENV)
+        # overdue after 0.3 s and judged every 0.2 s, but local is still no better
+        assert not coord.events.await_event(
+            task_ids={h.id}, kinds={"task.copy_added"}, timeout_s=1.5
+        )
+        assert len(sites["local"].jobs) == 0 and [c.site for c in h.copies] == ["delta"]
+        sites["delta"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.value == {"site": "delta", "value": 9}
+        assert _kinds(coord, h) == ["task.queued", "task.started", "task.completed"]
+    finally:
+        coord.close()
+
+
+def test_an_added_copy_is_reattached_after_a_restart(tmp_path: Path) -> None:
+    sites = _sites()
+    db = tmp_path / "coordinator.db"
+    waits = _Waits(delta=0.0, local=900.0)
+    first = _watched(sites, waits, Store(db))
+    try:
+        h = first.submit_task(PythonTask(square, (8,)), ENV)
+        waits.waits = {"delta": 5000.0, "local": 0.0}
+        _copy_added(first, h)
+        _until(
+            "the added copy's id is stored",
+            lambda: Store(db).task_copies(h.id)[-1]["compute_task_id"] is not None,
+            10,
+        )
+        # gone with both copies queued (the sites outlive it)
+        first.milestones.close()
+        first.hooks.close()
+        second = _watched(sites, waits, Store(db))
+        reopened = second.recover()
+        assert [x.id for x in reopened] == [h.id]
+        again = second._handle(h.id)
+        assert [(c.site, c.state) for c in again.copies] == [
+            ("delta", "queued"),
+            ("local", "queued"),
+        ]
+        sites["local"].go.set()
+        r = second.get_result(h.id, timeout_s=10)
+        assert r.value == {"site": "local", "value": 64}
+        stored = {r["site"]: r["state"] for r in Store(db).task_copies(h.id)}
+        assert stored == {"delta": "cancelled", "local": "won"}
+        second.close()
+    finally:
+        for s in sites.values():
+            s.close()
+
+
+def test_a_single_watched_copy_lost_to_a_node_failure_is_retried_elsewhere(
+    tmp_path: Path,
+) -> None:
+    sites = _sites(delta={"fail_before_start": "failed: NODE_FAIL on delta-cpu-0"})
+    db = tmp_path / "coordinator.db"
+    coord = _watched(sites, _Waits(delta=0.0, local=900.0), Store(db))
+    try:
+        h = coord.submit_task(PythonTask(square, (12,)), ENV)
+        assert [c.site for c in h.copies] == ["delta"]
+        sites["delta"].go.set()
+        found = coord.events.await_event(task_ids={h.id}, kinds={"task.retried"}, timeout_s=10)
+        assert found and found[0].detail["failure"] == "node_failure"
+        assert found[0].detail["from_site"] == "delta" and found[0].detail["to_site"] == "local"
+        row = Store(db).task(h.id)
+        assert row is not None and row["site"] == "local"
+        assert [a["site"] for a in json.loads(row["attempts"])] == ["delta"]
+        _until("the retry reaches local", lambda: len(sites["local"].jobs) == 1, 10)
+        _until(
+            "the retry's compute id is stored",
+            lambda: (Store(db).task(h.id) or {}).get("compute_task_id") == sites["local"].tid(),
+            10,
+        )
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.status == "completed" and r.value == {"site": "local", "value": 144}
+        # the retry's start is reported under its own compute task id
+        assert _kinds(coord, h) == [
+            "task.queued",
+            "task.retried",
+            "task.started",
+            "task.completed",
+        ]
+        assert coord.history(h.id)[2].site == "local"
+    finally:
+        coord.close()
         for s in sites.values():
             s.close()
 
