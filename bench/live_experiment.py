@@ -2,7 +2,7 @@
 
     python bench/live_experiment.py                # 24 probe tasks per policy, ~8 minutes
     python bench/live_experiment.py --jobs 6       # a quick look
-    python bench/live_experiment.py --hedge        # twin-hedge too (copies at two sites)
+    python bench/live_experiment.py --hedge        # twin-hedge and twin-watch too (copies)
 
 A few local sites (default: delta, anvil, vista) are real Slurm clusters. Background load is
 an excerpt of a real job log (KTH-SP2 by default), sized to each partition with the same
@@ -28,7 +28,10 @@ jobs from ``sacct`` (``UsageRatioModel``), runtimes of finished probe tasks
 
 ``--hedge`` adds ``twin-hedge``: the coordinator ships a second copy where the runner-up
 site is close or the wait uncertain, the first copy to start wins and the other is
-cancelled; "hedge held s" is the queue time cancelled copies held (the hedge's cost).
+cancelled; "hedge held s" is the queue time cancelled copies held (the hedge's cost). It
+adds ``twin-watch`` too: ``twin-hedge`` whose tasks, while still queued past their
+predicted start, are judged again every half round (real seconds: overdue by 10 s, a
+site finishing 10 s sooner earns one more copy).
 """
 
 from __future__ import annotations
@@ -54,7 +57,15 @@ from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
 from federation.errors import NoFeasibleSiteError  # noqa: E402
 from federation.local import LocalSites  # noqa: E402
 from federation.parsing.times import parse_duration  # noqa: E402
-from federation.policies import Policy, best_feasible, fixed_site, twin, twin_hedge  # noqa: E402
+from federation.policies import (  # noqa: E402
+    Policy,
+    Watch,
+    best_feasible,
+    fixed_site,
+    twin,
+    twin_hedge,
+    twin_watch,
+)
 from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
@@ -368,6 +379,7 @@ def make_policies(
     fixed: str,
     samples: int,
     hedge: bool = False,
+    round_s: float = 30.0,
 ) -> list[Policy]:
     def rt(shape: Shape) -> float:
         return runtimes.predict(w.name, shape, default_s=w.default_s)
@@ -379,7 +391,14 @@ def make_policies(
     ours = twin(predictor, rt)
     if not hedge:
         return [fixed_site(fixed), bf, ours]
-    return [fixed_site(fixed), bf, ours, twin_hedge(predictor, rt)]
+    watch = Watch(every_s=max(5.0, round_s / 2), overdue_s=10.0, margin_s=10.0)
+    return [
+        fixed_site(fixed),
+        bf,
+        ours,
+        twin_hedge(predictor, rt),
+        twin_watch(predictor, rt, watch=watch),
+    ]
 
 
 def run_live(
@@ -402,7 +421,7 @@ def run_live(
 ) -> LiveResult:
     """Run the experiment; ``jobs`` probe tasks per policy (split over the workloads).
 
-    ``hedge`` adds ``twin-hedge`` to the compared policies."""
+    ``hedge`` adds ``twin-hedge`` and ``twin-watch`` to the compared policies."""
     site_names = sites or ["delta", "anvil", "vista"]
     local = local or LocalSites(sites=site_names)
     local.up()
@@ -427,7 +446,8 @@ def run_live(
     coord = local.connect(telemetry=False, probe_timeout_s=120)
     usage, runtimes = UsageRatioModel(), TaskRuntimeModel()
     policies = {
-        w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge) for w in WORKLOADS
+        w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge, round_s)
+        for w in WORKLOADS
     }
     names = [p.name for p in policies[WORKLOADS[0].name]]
     inj = Injector(local, bg, time.monotonic())
@@ -567,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--utilization", type=float, default=1.5, help="offered background load")
     ap.add_argument("--fixed", default="delta", help="the fixed-site baseline's site")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--hedge", action="store_true", help="compare twin-hedge too")
+    ap.add_argument("--hedge", action="store_true", help="compare twin-hedge and twin-watch too")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "live.md")
     args = ap.parse_args(argv)
     res = run_live(

@@ -34,7 +34,7 @@ from federation.json_values import json_value
 from federation.milestones import Milestones, MilestoneWatcher
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.placement import Candidate, PlacementDecision, place
-from federation.policies import Policy, Watch, get_policy
+from federation.policies import Policy, get_policy
 from federation.provenance import Accounting, fetch_accounting
 from federation.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, StorageRoot, as_ref, shipped
 from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate, PolicyOutcome
@@ -218,8 +218,9 @@ class Coordinator:
         return self._ship(handle, task)
 
     def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
-        if handle.decision.hedges or self._watch_rules() is not None:
-            return self._ship_copies(handle, task)
+        watching = get_policy(self.policy)  # the policy the task was placed by
+        if handle.decision.hedges or watching.watch is not None:
+            return self._ship_copies(handle, task, watching if watching.watch else None)
         decision = handle.decision
         shape = decision.chosen.shape
         if self.store is not None:  # durable before anything is shipped or acknowledged
@@ -249,7 +250,9 @@ class Coordinator:
         return handle
 
     # --- hedged copies ------------------------------------------------------------------------
-    def _ship_copies(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+    def _ship_copies(
+        self, handle: TaskHandle, task: TaskSpec, watching: Policy | None = None
+    ) -> TaskHandle:
         """Ship a hedged task: one copy at the chosen candidate and one per hedge.
 
         The copies are one task for the caller (one id, one ``task.queued``). They are
@@ -258,7 +261,9 @@ class Coordinator:
         first copy reported started (or, failing a start report, the first to return a
         result) wins: it becomes the placement and every other copy is cancelled
         (``task.hedge_cancelled`` each). A copy that fails before any copy started leaves
-        the race; the task fails only when every copy has failed.
+        the race; the task fails only when every copy has failed (or is retried, when
+        the last failure is retryable). ``watching``: a policy with :class:`Watch` rules
+        that judges the task again while it stays queued.
         """
         decision = handle.decision
         shape = decision.chosen.shape
@@ -287,7 +292,8 @@ class Coordinator:
         if len(errors) == len(copies):
             message = "submission of every copy failed: " + "; ".join(errors)
             raise FederationError(message)
-        self._arm_rejudge(handle)
+        if watching is not None:
+            self._arm_rejudge(handle, watching)
         return handle
 
     def _send_copy(self, handle: TaskHandle, task: TaskSpec, c: TaskCopy) -> str | None:
@@ -322,12 +328,9 @@ class Coordinator:
         return None
 
     # --- watching: a task still queued past its prediction is judged again ---------------
-    def _watch_rules(self) -> Watch | None:
-        return get_policy(self.policy).watch
-
-    def _arm_rejudge(self, h: TaskHandle, delay_s: float | None = None) -> None:
-        """Judge ``h`` again once it is overdue (then every ``Watch.every_s``)."""
-        w = self._watch_rules()
+    def _arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:
+        """Judge ``h`` again by ``pol`` once it is overdue (then every ``Watch.every_s``)."""
+        w = pol.watch
         if w is None or h.task is None or h.done or len(h.copies) >= w.max_copies:
             return
         if delay_s is None:  # first: when it becomes overdue
@@ -340,12 +343,12 @@ class Coordinator:
 
         def due() -> None:
             with contextlib.suppress(RuntimeError):  # the coordinator is closing
-                pool.submit(self._rejudge, h)
+                pool.submit(self._rejudge, h, pol)
 
         with contextlib.suppress(RuntimeError):  # the coordinator is closing
             self.milestones.timers.call_later(delay_s, due)
 
-    def _rejudge(self, h: TaskHandle) -> None:
+    def _rejudge(self, h: TaskHandle, pol: Policy) -> None:
         """A watched task still queued: add a copy where a fresh submission finishes sooner.
 
         Placed on a snapshot at most half a watch period old, so the sites are probed at
@@ -353,7 +356,6 @@ class Coordinator:
         like a hedge (first to start wins) and is recorded before it is shipped
         (``task.copy_added``).
         """
-        pol = get_policy(self.policy)
         w = pol.watch
         if w is None or h.task is None:
             return
@@ -368,14 +370,14 @@ class Coordinator:
         if not holding or n >= w.max_copies:
             return
         if not pol.overdue(h.decision, n, queued_s):
-            self._arm_rejudge(h, w.every_s)
+            self._arm_rejudge(h, pol, w.every_s)
             return
         try:
             snap = self.snapshot(max_age_s=max(self.probe_interval_s, w.every_s / 2))
             fresh = pol.decide(h.envelope, [b.spec for b in self.backends.values()], snap, now)
         except Exception as e:  # nothing feasible now, a probe failed: judged again later
             logger.info("judging %s again failed: %s", h.id, e)
-            self._arm_rejudge(h, w.every_s)
+            self._arm_rejudge(h, pol, w.every_s)
             return
         open_ = tuple(c for c in fresh.candidates if c.site in holding or c.site not in tried)
         cand = pol.extra_copy(
@@ -383,7 +385,7 @@ class Coordinator:
         )
         if cand is not None:
             self._add_copy(h, cand, queued_s, fresh)
-        self._arm_rejudge(h, w.every_s)
+        self._arm_rejudge(h, pol, w.every_s)
 
     def _add_copy(
         self, h: TaskHandle, cand: Candidate, queued_s: float, fresh: PlacementDecision

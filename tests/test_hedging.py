@@ -485,6 +485,7 @@ def test_an_overdue_task_gets_a_copy_where_it_now_finishes_sooner(
         h = coord.submit_task(PythonTask(square, (4,)), ENV)
         assert h.site == "delta" and [c.site for c in h.copies] == ["delta"]
         assert len(sites["local"].jobs) == 0
+        coord.policy = "earliest-start"  # later tasks are placed otherwise; this one is watched
         waits.waits = {"delta": 5000.0, "local": 0.0}  # Delta's queue grew; local drained
         added = _copy_added(coord, h)
         assert added.site == "local" and added.detail["partition"] == "debug"

@@ -83,3 +83,19 @@ def test_tiny_live_run_accounts_for_every_task(local: Any) -> None:
     text = res.render()
     assert text.count("\n| ") == 1 + n_pol  # header and one row per policy
     assert sum(res.background_jobs.values()) + res.background_rejected > 0
+
+
+def test_hedge_compares_twin_hedge_and_a_watch_in_real_seconds() -> None:
+    live = _module()
+    from federation.policies import Watch
+    from federation.runtime_model import TaskRuntimeModel, UsageRatioModel
+    from federation.sites.spec import load_sites
+
+    specs = {s.name: s for s in load_sites(["delta", "anvil"])}
+    args = (specs, UsageRatioModel(), TaskRuntimeModel(), live.WORKLOADS[0], "delta", 4)
+    assert [p.name for p in live.make_policies(*args)] == ["fixed:delta", "best-feasible", "twin"]
+    pols = live.make_policies(*args, hedge=True, round_s=30.0)
+    assert [p.name for p in pols][3:] == ["twin-hedge", "twin-watch"]
+    assert pols[3].watch is None
+    assert pols[4].watch == Watch(every_s=15.0, overdue_s=10.0, margin_s=10.0)
+    assert pols[4].hedge_within == pols[3].hedge_within
