@@ -48,15 +48,30 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            help="placement policy: earliest-start, shortest-queue, best-feasible, "
+            "twin-hedge, twin-watch or fixed:<site> (default: the config's `placement`, "
+            "else earliest-start)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (bearer tokens from `federation token issue`).
 
     Every submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
     policies; see docs/SECURITY.md) and is written to the audit log.
     """
-    from federation.errors import ConfigError
+    from federation.errors import BadEnvelopeError, ConfigError
+    from federation.policies import get_policy
     from federation.service.server import serve
 
+    if placement is not None:
+        try:
+            get_policy(placement)
+        except BadEnvelopeError as e:
+            raise typer.BadParameter(str(e), param_hint="--placement") from e
     try:
         serve(
             host,
@@ -66,6 +81,7 @@ def serve_command(
             bring_up=not no_up,
             log_level=log_level,
             config=config,
+            placement=placement,
         )
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--config") from e

@@ -99,6 +99,21 @@ class FederationConfig(Frozen):
     home: Path | None = None
     """Runtime root (coordinator.db, telemetry, local clusters); default $FEDERATION_HOME."""
     sites: dict[str, SiteConfig] = Field(min_length=1)
+    placement: str = "earliest-start"
+    """The placement policy by name (``twin-hedge``, ``twin-watch``, ``best-feasible``,
+    ``fixed:<site>``, ...; see :func:`federation.policies.get_policy`)."""
+
+    @field_validator("placement")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        from federation.errors import BadEnvelopeError
+        from federation.policies import get_policy
+
+        try:
+            get_policy(name)
+        except BadEnvelopeError as e:
+            raise ValueError(str(e)) from None
+        return name
 
     @field_validator("sites")
     @classmethod
@@ -248,6 +263,7 @@ class Deployment:
         task_group = store.task_group_id() if store else uuid.uuid4()
         backends = self.backends(task_group)
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
+        coordinator_kwargs.setdefault("policy", self.config.placement)
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         if self.service is not None:
             self.service.on_started(coord.notify_started)

@@ -151,3 +151,26 @@ def test_model_round_trip_keeps_ids() -> None:
     )
     again = FederationConfig.model_validate(cfg.model_dump(mode="json"))
     assert again == cfg
+
+
+def test_placement_policy_is_named_in_the_config_and_checked(tmp_path: Path) -> None:
+    assert load_config(REPO / "federation.example.yaml").placement == "twin-watch"
+    path = write(tmp_path, "sites:\n  local:\n    backend: local\n")
+    assert load_config(path).placement == "earliest-start"
+    bad = write(tmp_path, "placement: fastest\nsites:\n  local:\n    backend: local\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    text = str(err.value)
+    assert "placement" in text and "unknown placement policy 'fastest'" in text
+    assert "twin-watch" in text  # the error lists the names that work
+
+
+def test_serve_refuses_an_unknown_placement_before_starting_anything() -> None:
+    from typer.testing import CliRunner
+
+    from federation.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--placement", "fastest", "--no-up"])
+    assert res.exit_code == 2
+    out = " ".join(res.output.split())
+    assert "--placement" in out and "unknown placement policy" in out

@@ -59,18 +59,21 @@ def serve(
     log_level: str = "info",
     refresh_s: float = 15.0,
     config: Path | str | None = None,
+    placement: str | None = None,
 ) -> None:
     """Connect a coordinator and serve it until interrupted.
 
     Without ``config``: the local sites (the embedded federation). With ``config``: the
     sites of a ``federation.yaml`` (local and Globus Compute cloud sites), durable. Either
     way every submission passes the caller policy gate (``home/policy.yaml``, token
-    policies) and is written to the audit log.
+    policies) and is written to the audit log. ``placement`` names the placement policy
+    (default: the config's ``placement``, else ``earliest-start``).
     """
     from federation.security.policy import PolicyGate
     from federation.service.app import create_app
 
     closers: list[Any] = []
+    chosen: dict[str, Any] = {} if placement is None else {"policy": placement}
     if config is not None:
         from federation.config import Deployment, load_config
 
@@ -78,7 +81,7 @@ def serve(
         if bring_up:
             deployment.up()
         home = deployment.home
-        coord = deployment.connect(durable=True, gate=PolicyGate.from_home(home))
+        coord = deployment.connect(durable=True, gate=PolicyGate.from_home(home), **chosen)
         closers.append(deployment.close)
     else:
         from federation.local import LocalSites
@@ -87,7 +90,7 @@ def serve(
         if bring_up:
             local.up()
         home = local.home
-        coord = local.connect(gate=PolicyGate.from_home(home))
+        coord = local.connect(gate=PolicyGate.from_home(home), **chosen)
         if local.service is not None:
             closers.append(local.service.close)
     tokens = TokenStore(default_token_db(home))
