@@ -178,6 +178,7 @@ def run_cell(
     max_copies: int = 2,
     twin_samples: int = 0,
     single_samples: int = 0,
+    watch: Watch | None = None,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -208,7 +209,7 @@ def run_cell(
         else TwinPredictor(specs, usage, samples=single_samples)
     )
     policies = {
-        w.name: make_policies(twin_pred, runtimes, w, max_copies, single) for w in WORKLOADS
+        w.name: make_policies(twin_pred, runtimes, w, max_copies, single, watch) for w in WORKLOADS
     }
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     pending: list[Pending] = []
@@ -478,6 +479,15 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="twin (single copy): sampled replays per site (0: the quantile twin)",
     )
+    ap.add_argument(
+        "--watch-max-copies", type=int, default=Watch.max_copies, help="twin-watch: copies at most"
+    )
+    ap.add_argument(
+        "--watch-late-weight",
+        type=float,
+        default=Watch.late_weight,
+        help="twin-watch: share of a task's lateness charged to the sites holding it",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -505,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.max_copies,
                     args.twin_samples,
                     args.twin_single_samples,
+                    Watch(max_copies=args.watch_max_copies, late_weight=args.watch_late_weight),
                 )
                 cells.append(cell)
                 print(
@@ -524,7 +535,8 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"# Replay benchmark ({elapsed_s:.0f} s; seeds {args.first_seed}.."
         f"{args.first_seed + args.seeds - 1}, {args.hours:g} h of rounds "
         f"after {args.warmup_h:g} h warm-up, probe interval {args.probe_interval_s:g} s, "
-        f"twin samples {args.twin_single_samples} (twin) / {args.twin_samples} (twin-hedge))",
+        f"twin samples {args.twin_single_samples} (twin) / {args.twin_samples} (twin-hedge), "
+        f"twin-watch max copies {args.watch_max_copies}, late weight {args.watch_late_weight:g})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

@@ -66,6 +66,9 @@ class Watch:
     """Another site must finish it at least this much sooner to earn a copy."""
     max_copies: int = 3
     """Copies at most over the task's life, each at a different site."""
+    late_weight: float = 0.0
+    """How much of its lateness (queued past the predicted wait) a holding site's fresh
+    prediction is charged: a predictor wrong there once is likely wrong there again."""
 
 
 def _tie(c: Candidate) -> tuple[float, ...]:
@@ -164,7 +167,8 @@ class Policy:
         if not others:
             return None
         best = others[0]  # candidates are ranked, the chosen one first
-        here = [self.key(c)[0] for c in fresh.candidates if c.site in holding]
+        late = w.late_weight * max(0.0, queued_s - first.chosen.predicted_wait_s)
+        here = [self.key(c)[0] + late for c in fresh.candidates if c.site in holding]
         if here and self.key(best)[0] + w.margin_s >= min(here):
             return None
         return best

@@ -227,6 +227,7 @@ def test_format_walltime() -> None:
 # --- policies ------------------------------------------------------------------------------
 from federation.placement import snapshot_wait  # noqa: E402
 from federation.policies import (  # noqa: E402
+    Policy,
     Watch,
     best_feasible,
     fixed_site,
@@ -338,6 +339,27 @@ def test_twin_watch_adds_a_copy_only_to_an_overdue_task_where_another_site_is_so
     assert pol.extra_copy(first, calm, held, queued_s=400.0) is None
     # a policy that does not watch never adds one
     assert twin_hedge(snapshot_wait, lambda s: 600.0).extra_copy(first, fresh, held, 1e6) is None
+
+
+def test_twin_watch_charges_a_holding_site_its_lateness_when_told_to() -> None:
+    env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=32)
+
+    def watching(late_weight: float) -> Policy:
+        rules = Watch(overdue_s=300.0, margin_s=300.0, max_copies=3, late_weight=late_weight)
+        return twin_watch(snapshot_wait, lambda s: 600.0, watch=rules, max_copies=1)
+
+    first = watching(0.0).decide(env, SPECS, _fed(), NOW)
+    held = [first.chosen.site]
+    calm = watching(0.0).decide(env, SPECS, _fed(), NOW)  # the twin still sees no queue
+    # the same completion everywhere by the fresh prediction: without the lateness charge,
+    # no site is sooner by the margin however late the task is
+    assert watching(0.0).extra_copy(first, calm, held, queued_s=1e5) is None
+    # charged its whole lateness (400 s > 300 s margin), the holding site loses a copy
+    extra = watching(1.0).extra_copy(first, calm, held, queued_s=400.0)
+    assert extra is not None and extra.site != held[0]
+    # charged half (200 s < 300 s margin): not yet
+    assert watching(0.5).extra_copy(first, calm, held, queued_s=400.0) is None
+    assert watching(0.5).extra_copy(first, calm, held, queued_s=700.0) is not None
 
 
 def test_unknown_policy_names_the_choices() -> None:
