@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,11 @@ def test_one_timer_thread_runs_every_deadline_in_order_and_skips_cancelled() -> 
     gate = threading.Event()
     timers.call_later(0, lambda: gate.wait(10))  # holds the thread until we have cancelled
     tokens: dict[int, int] = {}
+    t0 = time.monotonic() + 0.05  # one base: the deadlines' order is not the calls' pace
     for i in range(200):
-        due = 0.001 * ((i * 37) % 200)  # shuffled deadlines, 0..0.2 s
-        tokens[i] = timers.call_later(due, functools.partial(ran.append, i))
-    timers.call_later(0.3, last.set)
+        due = t0 + 0.001 * ((i * 37) % 200)  # shuffled deadlines, 0..0.2 s after t0
+        tokens[i] = timers.call_at(due, functools.partial(ran.append, i))
+    timers.call_at(t0 + 0.3, last.set)
     cancelled = {i for i in range(0, 200, 7)}
     for i in cancelled:
         timers.cancel(tokens[i])
