@@ -64,11 +64,13 @@ class Watch:
     """Judged only once it is queued this much longer than its chosen copy's prediction."""
     margin_s: float = 300.0
     """Another site must finish it at least this much sooner to earn a copy."""
-    max_copies: int = 3
+    max_copies: int = 4
     """Copies at most over the task's life, each at a different site."""
-    late_weight: float = 0.0
+    late_weight: float = 1.0
     """How much of its lateness (queued past the predicted wait) a holding site's fresh
-    prediction is charged: a predictor wrong there once is likely wrong there again."""
+    prediction is charged: a predictor wrong there once is likely wrong there again. (On
+    the CEA-Curie busy window, 1.0 with 4 copies had mean extra 1,637 s, P95 3,250 s; 0.0
+    with 3 copies 2,400 s and 5,519 s; the other cells were unchanged.)"""
 
 
 def _tie(c: Candidate) -> tuple[float, ...]:

@@ -312,7 +312,7 @@ def test_twin_watch_adds_a_copy_only_to_an_overdue_task_where_another_site_is_so
     pol = twin_watch(
         snapshot_wait,
         lambda s: 600.0,
-        watch=Watch(overdue_s=300.0, margin_s=300.0, max_copies=3),
+        watch=Watch(overdue_s=300.0, margin_s=300.0, max_copies=3, late_weight=0.0),
         max_copies=1,
     )
     first = pol.decide(env, SPECS, _fed(), NOW)  # idle: predicted to start at once
