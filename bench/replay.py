@@ -552,7 +552,7 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
             "| wait ±1 min % | wait ±10 min % | copies/task | hedge held s/task |"
         )
         lines.append("|" + "---|" * 15)
-        pols = list(cs[0].outcomes)
+        pols = sorted(cs[0].outcomes, key=lambda name: name == "oracle")  # the oracle last
         for p in pols:
             s = summarize(p, [o for c in cs for o in c.outcomes[p]])
             lines.append(_row(s))
