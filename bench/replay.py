@@ -483,6 +483,21 @@ def main(argv: list[str] | None = None) -> int:
         "--watch-max-copies", type=int, default=Watch.max_copies, help="twin-watch: copies at most"
     )
     ap.add_argument(
+        "--watch-every-s", type=float, default=Watch.every_s, help="twin-watch: judged this often"
+    )
+    ap.add_argument(
+        "--watch-overdue-s",
+        type=float,
+        default=Watch.overdue_s,
+        help="twin-watch: judged once queued this long past its predicted wait",
+    )
+    ap.add_argument(
+        "--watch-margin-s",
+        type=float,
+        default=Watch.margin_s,
+        help="twin-watch: another site must finish this much sooner",
+    )
+    ap.add_argument(
         "--watch-late-weight",
         type=float,
         default=Watch.late_weight,
@@ -515,7 +530,13 @@ def main(argv: list[str] | None = None) -> int:
                     args.max_copies,
                     args.twin_samples,
                     args.twin_single_samples,
-                    Watch(max_copies=args.watch_max_copies, late_weight=args.watch_late_weight),
+                    Watch(
+                        every_s=args.watch_every_s,
+                        overdue_s=args.watch_overdue_s,
+                        margin_s=args.watch_margin_s,
+                        max_copies=args.watch_max_copies,
+                        late_weight=args.watch_late_weight,
+                    ),
                 )
                 cells.append(cell)
                 print(
@@ -536,7 +557,9 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"{args.first_seed + args.seeds - 1}, {args.hours:g} h of rounds "
         f"after {args.warmup_h:g} h warm-up, probe interval {args.probe_interval_s:g} s, "
         f"twin samples {args.twin_single_samples} (twin) / {args.twin_samples} (twin-hedge), "
-        f"twin-watch max copies {args.watch_max_copies}, late weight {args.watch_late_weight:g})",
+        f"twin-watch every {args.watch_every_s:g} s, overdue {args.watch_overdue_s:g} s, "
+        f"margin {args.watch_margin_s:g} s, max copies {args.watch_max_copies}, "
+        f"late weight {args.watch_late_weight:g})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
