@@ -447,12 +447,7 @@ class Coordinator:
         traceback = str(exc) if exc is not None else ""
         failure = classify(message, traceback)
         if exc is not None and failure.retryable and handle.task is not None:
-            threading.Thread(  # off the result thread: placing again probes the sites
-                target=self._retry_or_fail,
-                args=(handle, failure, f"every copy failed: {text}", traceback),
-                daemon=True,
-                name=f"retry-{handle.id[:8]}",
-            ).start()
+            self._retry_off_thread(handle, failure, f"every copy failed: {text}", traceback)
             return
         self._fail(handle, f"every copy failed: {text}", traceback, failure=failure.cls)
 
@@ -1033,14 +1028,7 @@ class Coordinator:
             message = handle.cancel_reason or _first_line(exc)
             failure = classify(message, str(exc))
             if failure.retryable and handle.task is not None:
-                # off the SDK's result thread: placing again probes the sites, whose
-                # results arrive on that very thread
-                threading.Thread(
-                    target=self._retry_or_fail,
-                    args=(handle, failure, message, str(exc)),
-                    daemon=True,
-                    name=f"retry-{handle.id[:8]}",
-                ).start()
+                self._retry_off_thread(handle, failure, message, str(exc))
                 return
             self._fail(handle, message, str(exc), failure=failure.cls)
             return
@@ -1068,6 +1056,18 @@ class Coordinator:
             runtime_s=handle.runtime_s,
             slurm_job_id=handle.slurm_job_id,
         )
+
+    def _retry_off_thread(
+        self, handle: TaskHandle, failure: Failure, message: str, traceback: str
+    ) -> None:
+        """:meth:`_retry_or_fail` off the SDK's result thread: placing again probes the
+        sites, whose results arrive on that very thread."""
+        threading.Thread(
+            target=self._retry_or_fail,
+            args=(handle, failure, message, traceback),
+            daemon=True,
+            name=f"retry-{handle.id[:8]}",
+        ).start()
 
     def _retry_or_fail(
         self, handle: TaskHandle, failure: Failure, message: str, traceback: str
