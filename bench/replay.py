@@ -150,6 +150,7 @@ class Pending:
     first: PlacementDecision
     copies: list[tuple[str, float, float, float]]  # (site, submitted, start, end)
     oracle: tuple[float, float]  # (start, end)
+    placed: list[Candidate]  # the copies' candidates, in the order of ``copies``
 
     def started_by(self, t: float) -> bool:
         return min(c[2] for c in self.copies) <= t
@@ -305,12 +306,13 @@ def _watch(
         if key not in fresh:
             sites = list(specs.values())
             fresh[key] = p.policy.decide(p.w.envelope, sites, fed, now_dt)  # type: ignore[arg-type]
-        holding = [c[0] for c in p.copies]
-        c = p.policy.extra_copy(p.first, fresh[key], holding, t - p.submit_s)
+        ages = [t - c[1] for c in p.copies]
+        c = p.policy.extra_copy(p.first, fresh[key], p.placed, t - p.submit_s, p.placed, ages)
         if c is None:
             continue
         (se,) = sims[c.site].what_if_many([_probe_job(p.w, c, specs, p.noise)])
         p.copies.append((c.site, t, *se))
+        p.placed.append(c)
 
 
 def _probe_job(w: Workload, c: Candidate, specs: dict[str, SiteSpec], noise: float) -> SimJob:
@@ -384,7 +386,7 @@ def _one_task(
         copy_se = [table[_key(c)] for c in copies]
         if pol.watch is not None:
             placed = [(c.site, t, *se) for c, se in zip(copies, copy_se, strict=True)]
-            pending.append(Pending(pol, w, t, noise, d, placed, (o_start, o_end)))
+            pending.append(Pending(pol, w, t, noise, d, placed, (o_start, o_end), copies))
             observed.append(
                 (d.chosen.shape, true_runtime(w, d.chosen.shape, specs[d.chosen.site], noise))
             )
@@ -503,6 +505,24 @@ def main(argv: list[str] | None = None) -> int:
         default=Watch.late_weight,
         help="twin-watch: share of a task's lateness charged to the sites holding it",
     )
+    ap.add_argument(
+        "--watch-places",
+        choices=("site", "shape"),
+        default=Watch.places,
+        help="twin-watch: a copy goes to another site, or to any new (site, partition, shape)",
+    )
+    ap.add_argument(
+        "--watch-shapes",
+        choices=("any", "smallest"),
+        default=Watch.shapes,
+        help="twin-watch: an added copy takes the best shape, or the envelope's smallest",
+    )
+    ap.add_argument(
+        "--watch-charge",
+        choices=("task", "site"),
+        default=Watch.charge,
+        help="twin-watch: charge holding sites the task's lateness, or each copy's own",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -536,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                         margin_s=args.watch_margin_s,
                         max_copies=args.watch_max_copies,
                         late_weight=args.watch_late_weight,
+                        places=args.watch_places,
+                        shapes=args.watch_shapes,
+                        charge=args.watch_charge,
                     ),
                 )
                 cells.append(cell)
@@ -559,7 +582,8 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"twin samples {args.twin_single_samples} (twin) / {args.twin_samples} (twin-hedge), "
         f"twin-watch every {args.watch_every_s:g} s, overdue {args.watch_overdue_s:g} s, "
         f"margin {args.watch_margin_s:g} s, max copies {args.watch_max_copies}, "
-        f"late weight {args.watch_late_weight:g})",
+        f"late weight {args.watch_late_weight:g}, places {args.watch_places}, "
+        f"shapes {args.watch_shapes}, charge {args.watch_charge})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

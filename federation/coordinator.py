@@ -362,8 +362,8 @@ class Coordinator:
         with self._lock:
             if h.done or h.winner is not None:
                 return
-            holding = [c.site for c in h.copies if c.state == "queued"]
-            tried = {c.site for c in h.copies}
+            holding = [c.candidate for c in h.copies if c.state == "queued"]
+            tried = [c.candidate for c in h.copies]
             n = len(h.copies)
         now = datetime.now(UTC)
         queued_s = (now - h.submitted_at).total_seconds()
@@ -379,10 +379,7 @@ class Coordinator:
             logger.info("judging %s again failed: %s", h.id, e)
             self._arm_rejudge(h, pol, w.every_s)
             return
-        open_ = tuple(c for c in fresh.candidates if c.site in holding or c.site not in tried)
-        cand = pol.extra_copy(
-            h.decision, fresh.model_copy(update={"candidates": open_}), holding, queued_s
-        )
+        cand = pol.extra_copy(h.decision, fresh, holding, queued_s, tried)
         if cand is not None:
             self._add_copy(h, cand, queued_s, fresh)
         self._arm_rejudge(h, pol, w.every_s)

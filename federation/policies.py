@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from federation.envelope import ResourceEnvelope, Shape
 from federation.errors import BadEnvelopeError
@@ -63,14 +64,30 @@ class Watch:
     overdue_s: float = 300.0
     """Judged only once it is queued this much longer than its chosen copy's prediction."""
     margin_s: float = 300.0
-    """Another site must finish it at least this much sooner to earn a copy."""
+    """A new place must finish it at least this much sooner to earn a copy."""
     max_copies: int = 4
-    """Copies at most over the task's life, each at a different site."""
+    """Copies at most over the task's life, each at a new place (:attr:`places`)."""
     late_weight: float = 1.0
     """How much of its lateness (queued past the predicted wait) a holding site's fresh
     prediction is charged: a predictor wrong there once is likely wrong there again. (On
     the CEA-Curie busy window, 1.0 with 4 copies had mean extra 1,637 s, P95 3,250 s; 0.0
     with 3 copies 2,400 s and 5,519 s; the other cells were unchanged.)"""
+    places: Literal["site", "shape"] = "shape"
+    """What makes a place new: another site (``site``), or any (site, partition, shape) the
+    task has not had a copy at (``shape``: a smaller request at a holding site counts)."""
+    shapes: Literal["any", "smallest"] = "smallest"
+    """Which shapes an added copy may take: the fresh decision's best (``any``), or only
+    the envelope's smallest at each partition (``smallest``), the request that fits the
+    most holes when predictions have proved wrong."""
+
+    charge: Literal["task", "site"] = "site"
+    """Whose lateness a holding site is charged: the task's (queued past the chosen copy's
+    prediction) for every holding site, or (``site``) each copy's own, also when ranking
+    new places at that site."""
+
+    def place(self, c: Candidate) -> str | Shape:
+        """The identity :attr:`places` gives a copy."""
+        return c.site if self.places == "site" else c.shape
 
 
 def _tie(c: Candidate) -> tuple[float, ...]:
@@ -149,29 +166,59 @@ class Policy:
         self,
         first: PlacementDecision,
         fresh: PlacementDecision,
-        holding: Sequence[str],
+        holding: Sequence[Candidate],
         queued_s: float,
+        tried: Sequence[Candidate] = (),
+        held_for_s: Sequence[float] | None = None,
     ) -> Candidate | None:
-        """Where to add a copy of a task still queued at ``holding`` sites, if anywhere.
+        """Where to add a copy of a task whose copies ``holding`` are all still queued.
 
         ``first`` is the decision made on submit, ``fresh`` one made now on a new snapshot,
-        ``queued_s`` how long the task has waited. A copy is added only when the task is
-        overdue (queued ``overdue_s`` past the chosen copy's predicted wait), the copies
-        are fewer than ``max_copies``, and a site not holding one finishes it, by the fresh
-        prediction, ``margin_s`` sooner than a fresh submission at any holding site (a
+        ``queued_s`` how long the task has waited, ``tried`` every copy it ever had (none is
+        placed again where one was), ``held_for_s`` how long each held copy has been
+        queued (default: ``queued_s``, copies shipped with the task). A copy is added only
+        when the task is overdue (queued ``overdue_s`` past the chosen copy's predicted
+        wait), the copies are fewer than ``max_copies``, and a new place finishes it, by the
+        fresh prediction, ``margin_s`` sooner than a fresh submission of any held copy (a
         conservative stand-in for the queued copies, which are further ahead).
+
+        A site holding a copy is charged ``late_weight`` times that copy's lateness (how
+        long it is queued past its own predicted wait): a predictor wrong there once is
+        likely wrong there again. With ``Watch.charge == "site"`` the charge also counts
+        when ranking the new places at that site. What a new place is, and which shapes it
+        may take, is :attr:`Watch.places` and :attr:`Watch.shapes`.
         """
         if not self.overdue(first, len(holding), queued_s):
             return None
         w = self.watch
         assert w is not None
-        others = [c for c in fresh.candidates if c.site not in holding]
+        ages = list(held_for_s) if held_for_s is not None else [queued_s] * len(holding)
+        late: dict[str, float] = {}
+        for c, age in zip(holding, ages, strict=True):
+            lateness = w.late_weight * max(0.0, age - c.predicted_wait_s)
+            late[c.site] = max(late.get(c.site, 0.0), lateness)
+        if w.charge == "task":  # the first rule: the task's lateness, at every holding site
+            task_late = w.late_weight * max(0.0, queued_s - first.chosen.predicted_wait_s)
+            late = dict.fromkeys(late, task_late)
+
+        def score(c: Candidate, charged: bool) -> float:
+            return self.key(c)[0] + (late.get(c.site, 0.0) if charged else 0.0)
+
+        used = {w.place(c) for c in (*tried, *holding)}
+        smallest = {(c.site, c.partition): _smallest(fresh.candidates, c) for c in fresh.candidates}
+        others = [
+            c
+            for c in fresh.candidates
+            if w.place(c) not in used
+            and (w.shapes == "any" or c.shape == smallest[(c.site, c.partition)])
+        ]
         if not others:
             return None
-        best = others[0]  # candidates are ranked, the chosen one first
-        late = w.late_weight * max(0.0, queued_s - first.chosen.predicted_wait_s)
-        here = [self.key(c)[0] + late for c in fresh.candidates if c.site in holding]
-        if here and self.key(best)[0] + w.margin_s >= min(here):
+        ranked = w.charge == "site"
+        best = min(others, key=lambda c: score(c, ranked)) if ranked else others[0]
+        held = {c.shape for c in holding}
+        here = [score(c, True) for c in fresh.candidates if c.shape in held]
+        if here and score(best, ranked) + w.margin_s >= min(here):
             return None
         return best
 

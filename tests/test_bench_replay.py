@@ -24,7 +24,8 @@ W = WORKLOADS[0]
 def _pending(copies: list[tuple[str, float, float, float]], submit_s: float = 1000.0) -> Pending:
     pol = twin_watch(snapshot_wait, lambda s: 600.0, watch=Watch(every_s=600.0))
     first = pol.decide(W.envelope, SPECS, _fed(), NOW)
-    return Pending(pol, W, submit_s, 1.0, first, copies, oracle=(1100.0, 1700.0))
+    placed = [first.chosen] * len(copies)
+    return Pending(pol, W, submit_s, 1.0, first, copies, (1100.0, 1700.0), placed)
 
 
 def test_a_watched_task_is_scored_by_the_copy_that_started_first() -> None:

@@ -225,7 +225,7 @@ def test_format_walltime() -> None:
 
 
 # --- policies ------------------------------------------------------------------------------
-from federation.placement import snapshot_wait  # noqa: E402
+from federation.placement import PlacementDecision, snapshot_wait  # noqa: E402
 from federation.policies import (  # noqa: E402
     Policy,
     Watch,
@@ -317,10 +317,10 @@ def test_twin_watch_adds_a_copy_only_to_an_overdue_task_where_another_site_is_so
     )
     first = pol.decide(env, SPECS, _fed(), NOW)  # idle: predicted to start at once
     assert first.chosen.predicted_wait_s == 0 and first.hedges == ()
-    held = [first.chosen.site]
-    other = "anvil" if held == ["delta"] else "delta"
+    held = [first.chosen]
+    other = "anvil" if first.chosen.site == "delta" else "delta"
     # now the holding site's A100 nodes are busy for an hour, with more waiting
-    stuck = {s.name: (s, {"gpuA100x4": 2, "gpu": 2}) for s in SPECS if s.name in held}
+    stuck = {s.name: (s, {"gpuA100x4": 2, "gpu": 2}) for s in SPECS if s.name == first.chosen.site}
     fresh = pol.decide(
         env,
         SPECS,
@@ -334,7 +334,8 @@ def test_twin_watch_adds_a_copy_only_to_an_overdue_task_where_another_site_is_so
     extra = pol.extra_copy(first, fresh, held, queued_s=400.0)
     assert extra is not None and extra.site == other and extra.predicted_wait_s == 0
     # at its copy limit, or where no other site is sooner by the margin: no copy
-    assert pol.extra_copy(first, fresh, [held[0], other, "deltaai"], queued_s=400.0) is None
+    three = [held[0], *(c for c in fresh.candidates if c.site in (other, "deltaai"))]
+    assert pol.extra_copy(first, fresh, three, queued_s=400.0) is None
     calm = pol.decide(env, SPECS, _fed(), NOW)
     assert pol.extra_copy(first, calm, held, queued_s=400.0) is None
     # a policy that does not watch never adds one
@@ -349,17 +350,102 @@ def test_twin_watch_charges_a_holding_site_its_lateness_when_told_to() -> None:
         return twin_watch(snapshot_wait, lambda s: 600.0, watch=rules, max_copies=1)
 
     first = watching(0.0).decide(env, SPECS, _fed(), NOW)
-    held = [first.chosen.site]
+    held = [first.chosen]
     calm = watching(0.0).decide(env, SPECS, _fed(), NOW)  # the twin still sees no queue
     # the same completion everywhere by the fresh prediction: without the lateness charge,
     # no site is sooner by the margin however late the task is
     assert watching(0.0).extra_copy(first, calm, held, queued_s=1e5) is None
     # charged its whole lateness (400 s > 300 s margin), the holding site loses a copy
     extra = watching(1.0).extra_copy(first, calm, held, queued_s=400.0)
-    assert extra is not None and extra.site != held[0]
+    assert extra is not None and extra.site != held[0].site
     # charged half (200 s < 300 s margin): not yet
     assert watching(0.5).extra_copy(first, calm, held, queued_s=400.0) is None
     assert watching(0.5).extra_copy(first, calm, held, queued_s=700.0) is not None
+
+
+class _Table:
+    """Waits the test sets per (site, GPUs); 0 s for anything else."""
+
+    def __init__(self, **waits: float) -> None:
+        self.waits = waits
+
+    def __call__(
+        self, shape: Shape, part: object, site: object, now: datetime
+    ) -> tuple[float, float, str]:
+        w = self.waits.get(f"{shape.site}{shape.gpus}", 0.0)
+        return w, w, f"the test says {w:.0f} s"
+
+
+A100_1_2 = ResourceEnvelope(
+    gpus_min=1, gpus_max=2, gpu_types=("a100",), cpus_min=8, mem_gb_min=32, walltime_s=3600
+)
+
+
+def _watch_on(waits: _Table, **rules: object) -> Policy:
+    """Waits from ``waits``; 2000 s on 1 GPU, 1000 s on 2; no hedge; overdue after 300 s."""
+    defaults: dict[str, object] = {"overdue_s": 300.0, "margin_s": 300.0, "late_weight": 0.0}
+    pol = twin_watch(
+        waits, lambda s: 2000.0 / s.gpus, watch=Watch(**{**defaults, **rules}), max_copies=1
+    )
+    pol.usefulness = 0.0
+    return pol
+
+
+def _decide(pol: Policy, waits: _Table, **now: float) -> PlacementDecision:
+    waits.waits = now
+    return pol.decide(A100_1_2, SPECS, _fed(), NOW)
+
+
+def test_twin_watch_places_a_smaller_copy_where_a_new_request_starts_sooner() -> None:
+    waits = _Table()
+    pol = _watch_on(waits)
+    first = _decide(pol, waits, anvil1=9e3, anvil2=9e3)  # Delta on 2 GPUs: 1000 s
+    assert (first.chosen.site, first.chosen.shape.gpus) == ("delta", 2)
+    # Delta's 2-GPU requests now wait 9000 s, a 1-GPU one starts at once; Anvil waits 5000 s
+    fresh = _decide(pol, waits, delta2=9e3, anvil1=5e3, anvil2=5e3)
+    by_default = pol.extra_copy(first, fresh, [first.chosen], queued_s=400.0)
+    assert by_default is not None  # a new place may be a smaller request at a holding site
+    assert (by_default.site, by_default.shape.gpus, by_default.predicted_completion_s) == (
+        "delta",
+        1,
+        2000.0,
+    )
+    # places="site": another site only; shapes="smallest": Anvil on 1 GPU (7000 s)
+    other = _watch_on(waits, places="site").extra_copy(first, fresh, [first.chosen], 400.0)
+    assert other is not None and (other.site, other.shape.gpus) == ("anvil", 1)
+    # shapes="any": the fresh decision's best there, Anvil on 2 GPUs (6000 s)
+    best = _watch_on(waits, places="site", shapes="any").extra_copy(
+        first, fresh, [first.chosen], 400.0
+    )
+    assert best is not None and (best.site, best.shape.gpus) == ("anvil", 2)
+    # nothing where a copy already was: with the 1-GPU Delta copy tried, Anvil on 1 GPU
+    tried = [first.chosen, by_default]
+    nxt = pol.extra_copy(first, fresh, [first.chosen], 400.0, tried=tried)
+    assert nxt is not None and (nxt.site, nxt.shape.gpus) == ("anvil", 1)
+
+
+def test_twin_watch_charges_each_holding_site_its_own_copys_lateness() -> None:
+    waits = _Table()
+    pol = _watch_on(waits, late_weight=1.0)
+    first = _decide(pol, waits, anvil1=9e3, anvil2=9e3)
+    anvil2 = next(c for c in first.candidates if (c.site, c.shape.gpus) == ("anvil", 2))
+    # fresh: Delta on 1 GPU 2000 s, Anvil on 1 GPU 2500 s; the held 2-GPU requests 6000 s
+    fresh = _decide(pol, waits, delta2=5e3, anvil1=500.0, anvil2=5e3)
+    # Delta's copy is 2000 s late: charged to Delta's new places too, so Anvil (2500 s)
+    one = pol.extra_copy(first, fresh, [first.chosen], queued_s=2000.0)
+    assert one is not None and (one.site, one.shape.gpus) == ("anvil", 1)
+    # charge="task": the lateness only raises the bar; the ranking stays Delta first
+    task = _watch_on(waits, late_weight=1.0, charge="task")
+    two = task.extra_copy(first, fresh, [first.chosen], queued_s=2000.0)
+    assert two is not None and (two.site, two.shape.gpus) == ("delta", 1)
+    # an Anvil copy queued 100 s past its 0 s prediction charges Anvil 100 s: Anvil on 1 GPU
+    # (2600 s) still wins; held as long as the task it charges 2000 s, and Delta's 4000 s
+    # beats Anvil's 4500 s
+    held = [first.chosen, anvil2.model_copy(update={"predicted_wait_s": 0.0})]
+    three = pol.extra_copy(first, fresh, held, 2000.0, held_for_s=[2000.0, 100.0])
+    assert three is not None and (three.site, three.shape.gpus) == ("anvil", 1)
+    four = pol.extra_copy(first, fresh, held, 2000.0, held_for_s=[2000.0, 2000.0])
+    assert four is not None and (four.site, four.shape.gpus) == ("delta", 1)
 
 
 def test_unknown_policy_names_the_choices() -> None:
