@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
+from federation.lateness import LateAdjusted, LateBoard, QueuedCopy  # noqa: E402
 from federation.metrics import (  # noqa: E402
     Outcome,
     PolicySummary,
@@ -180,6 +181,7 @@ def run_cell(
     twin_samples: int = 0,
     single_samples: int = 0,
     watch: Watch | None = None,
+    late_board: bool = True,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -209,12 +211,15 @@ def run_cell(
         if single_samples == twin_samples
         else TwinPredictor(specs, usage, samples=single_samples)
     )
-    policies = {
-        w.name: make_policies(twin_pred, runtimes, w, max_copies, single, watch) for w in WORKLOADS
-    }
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     pending: list[Pending] = []
     t = warmup_h * 3600
+    # twin-watch's own copies still queued at t, late against their predictions
+    board = LateBoard(lambda: _queued_copies(pending, t)) if late_board else None
+    policies = {
+        w.name: make_policies(twin_pred, runtimes, w, max_copies, single, watch, board)
+        for w in WORKLOADS
+    }
     end = (warmup_h + hours) * 3600
     next_round = t
     watch_s = min((p.watch.every_s for ps in policies.values() for p in ps if p.watch), default=0)
@@ -274,6 +279,16 @@ def _next_tick(
     if watch_s and pending:
         return min(nxt, t + watch_s)
     return nxt
+
+
+def _queued_copies(pending: list[Pending], t: float) -> list[QueuedCopy]:
+    """The copies of watched tasks still queued at ``t`` (what a coordinator knows of them)."""
+    return [
+        QueuedCopy(c.shape, c.predicted_wait_s, t - sub)
+        for p in pending
+        for (_, sub, start, _), c in zip(p.copies, p.placed, strict=True)
+        if start > t
+    ]
 
 
 def _score_started(
@@ -425,6 +440,7 @@ def make_policies(
     max_copies: int = 2,
     single: TwinPredictor | None = None,
     watch: Watch | None = None,
+    late_board: LateBoard | None = None,
 ) -> list[Policy]:
     """The compared policies for one workload (runtime predictions from the shared model).
 
@@ -452,7 +468,12 @@ def make_policies(
         bf,
         twin(single or twin_pred, rt),
         twin_hedge(twin_pred, rt, max_copies=max_copies),
-        twin_watch(twin_pred, rt, max_copies=max_copies, watch=watch),
+        twin_watch(
+            LateAdjusted(twin_pred, late_board) if late_board else twin_pred,
+            rt,
+            max_copies=max_copies,
+            watch=watch,
+        ),
     ]
 
 
@@ -523,6 +544,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Watch.charge,
         help="twin-watch: charge holding sites the task's lateness, or each copy's own",
     )
+    ap.add_argument(
+        "--late-board",
+        choices=("on", "off"),
+        default="on",
+        help="twin-watch: charge a new request the lateness of its own queued copies no larger",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -560,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
                         shapes=args.watch_shapes,
                         charge=args.watch_charge,
                     ),
+                    args.late_board == "on",
                 )
                 cells.append(cell)
                 print(
@@ -583,7 +611,8 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"twin-watch every {args.watch_every_s:g} s, overdue {args.watch_overdue_s:g} s, "
         f"margin {args.watch_margin_s:g} s, max copies {args.watch_max_copies}, "
         f"late weight {args.watch_late_weight:g}, places {args.watch_places}, "
-        f"shapes {args.watch_shapes}, charge {args.watch_charge})",
+        f"shapes {args.watch_shapes}, charge {args.watch_charge}, "
+        f"late board {args.late_board})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

@@ -31,6 +31,7 @@ from federation.failures import Failure, classify
 from federation.handles import TaskCopy, TaskHandle, TaskResult
 from federation.hooks import Hook, HookRunner
 from federation.json_values import json_value
+from federation.lateness import LateBoard, QueuedCopy, with_late_board
 from federation.milestones import Milestones, MilestoneWatcher
 from federation.parsing.snapshot_builder import build_site_snapshot, unreachable_snapshot
 from federation.placement import Candidate, PlacementDecision, place
@@ -115,6 +116,9 @@ class Coordinator:
         self._groups: GroupManager | None = None
         self._rejudge_pool: ThreadPoolExecutor | None = None
         """One thread that judges watched tasks again (a watching policy's ticks)."""
+        self.late_board = LateBoard(self._queued_copies)
+        """A watching policy's waits are charged the lateness of our own copies still
+        queued (:mod:`federation.lateness`)."""
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -194,7 +198,7 @@ class Coordinator:
         code_hash = check_serializable(task)
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
-        decision = place(envelope, specs, snap, policy=self.policy)
+        decision = place(envelope, specs, snap, policy=self._placer())
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
         verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
@@ -218,7 +222,7 @@ class Coordinator:
         return self._ship(handle, task)
 
     def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
-        watching = get_policy(self.policy)  # the policy the task was placed by
+        watching = self._placer()  # the policy the task was placed by
         if handle.decision.hedges or watching.watch is not None:
             return self._ship_copies(handle, task, watching if watching.watch else None)
         decision = handle.decision
@@ -328,6 +332,27 @@ class Coordinator:
         return None
 
     # --- watching: a task still queued past its prediction is judged again ---------------
+    def _placer(self) -> Policy:
+        """The configured policy; a watching one also charged :attr:`late_board`."""
+        pol = get_policy(self.policy)
+        return with_late_board(pol, self.late_board) if pol.watch is not None else pol
+
+    def _queued_copies(self) -> list[QueuedCopy]:
+        """Our copies still queued now, with what they were predicted to wait."""
+        now = datetime.now(UTC)
+        with self._lock:
+            return [
+                QueuedCopy(
+                    c.candidate.shape,
+                    c.candidate.predicted_wait_s,
+                    (now - c.submitted_at).total_seconds(),
+                )
+                for h in self._handles.values()
+                if not h.done
+                for c in h.copies
+                if c.state == "queued"
+            ]
+
     def _arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:
         """Judge ``h`` again by ``pol`` once it is overdue (then every ``Watch.every_s``)."""
         w = pol.watch
@@ -1213,7 +1238,8 @@ class Coordinator:
     ) -> PlacementDecision:
         """The placement ``submit_task`` would choose now, without submitting anything."""
         snap = snapshot or self.snapshot()
-        return place(envelope, [b.spec for b in self.backends.values()], snap, policy=self.policy)
+        specs = [b.spec for b in self.backends.values()]
+        return place(envelope, specs, snap, policy=self._placer())
 
     def submit_group(
         self,

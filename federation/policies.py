@@ -20,10 +20,13 @@ functions, and ranks. Every decision records all candidates and every rejection.
   the coordinator ships the copies and cancels the losers (``task.hedge_cancelled``).
 * ``twin-watch`` — ours: ``twin-hedge`` that keeps watching. While every copy of a task is
   still queued past its predicted start, each new snapshot re-judges it: where a fresh
-  submission now finishes sooner (by a margin) than at the sites holding its copies, one
-  more copy goes there (up to ``Watch.max_copies``). Queues that end early or late by
-  surprise are caught a probe interval later instead of never. Live, the coordinator
-  judges each such task again on one timer and one thread (``task.copy_added``).
+  request, in the envelope's smallest shape, now finishes sooner (by a margin) than the
+  held copies, each site charged its own copy's lateness, one more copy goes there (up to
+  ``Watch.max_copies``; a smaller request at a holding site counts as a new place). Queues
+  that end early or late by surprise are caught a probe interval later instead of never.
+  Live, the coordinator judges each such task again on one timer and one thread
+  (``task.copy_added``), and charges new placements the lateness of its own queued copies
+  (:mod:`federation.lateness`).
 """
 
 from __future__ import annotations
@@ -68,10 +71,8 @@ class Watch:
     max_copies: int = 4
     """Copies at most over the task's life, each at a new place (:attr:`places`)."""
     late_weight: float = 1.0
-    """How much of its lateness (queued past the predicted wait) a holding site's fresh
-    prediction is charged: a predictor wrong there once is likely wrong there again. (On
-    the CEA-Curie busy window, 1.0 with 4 copies had mean extra 1,637 s, P95 3,250 s; 0.0
-    with 3 copies 2,400 s and 5,519 s; the other cells were unchanged.)"""
+    """How much of a held copy's lateness (queued past its predicted wait) its site's fresh
+    predictions are charged: a predictor wrong there once is likely wrong there again."""
     places: Literal["site", "shape"] = "shape"
     """What makes a place new: another site (``site``), or any (site, partition, shape) the
     task has not had a copy at (``shape``: a smaller request at a holding site counts)."""

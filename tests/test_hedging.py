@@ -29,6 +29,7 @@ from federation.envelope import ResourceEnvelope, Shape
 from federation.errors import FederationError
 from federation.events import Event
 from federation.handles import TaskHandle
+from federation.lateness import LateAdjusted
 from federation.local import LocalSites
 from federation.placement import Candidate
 from federation.policies import Policy, Watch, get_policy
@@ -537,6 +538,33 @@ def test_a_task_on_time_or_without_a_better_site_gets_no_copy(
         r = coord.get_result(h, timeout_s=10)
         assert r.value == {"site": "delta", "value": 9}
         assert _kinds(coord, h) == ["task.queued", "task.started", "task.completed"]
+    finally:
+        coord.close()
+
+
+def test_a_watching_coordinator_charges_new_placements_its_late_copies(
+    sites: dict[str, GatedSite],
+) -> None:
+    waits = _Waits(delta=0.0, local=900.0)
+    coord = _watched(sites, waits)
+    try:
+        h = coord.submit_task(PythonTask(square, (5,)), ENV)
+        assert h.site == "delta" and h.decision.chosen.predicted_wait_s == 0.0
+        time.sleep(0.6)  # queued past its 0 s prediction; local (900 s) still no better
+        plan = coord.plan(ENV)
+        delta = next(c for c in plan.candidates if c.site == "delta")
+        assert delta.predicted_wait_s >= 0.6 and "past its predicted wait" in delta.why
+        local = next(c for c in plan.candidates if c.site == "local")
+        assert local.predicted_wait_s == 900.0  # nothing of ours is late there
+        sites["delta"].go.set()
+        assert coord.get_result(h, timeout_s=10).value == {"site": "delta", "value": 25}
+        # started: no longer evidence against Delta's prediction
+        again = next(c for c in coord.plan(ENV).candidates if c.site == "delta")
+        assert again.predicted_wait_s == 0.0 and "past its predicted wait" not in again.why
+        # a policy that does not watch is never charged
+        coord.policy = "earliest-start"
+        assert not isinstance(coord._placer().wait_fn, LateAdjusted)
+        assert "past its predicted" not in coord.plan(ENV).chosen.why
     finally:
         coord.close()
 

@@ -1,0 +1,125 @@
+"""The coordinator's own queued copies as evidence against its wait predictor.
+
+A wait predictor that sees only the queue as it stands (the twin, Slurm's estimates) cannot
+know the jobs that will arrive and backfill ahead of a request. The coordinator can see
+where that is happening: its own copies still queued past their predicted waits. A new
+request at the same site and partition that is no smaller than such a copy (as many or
+more nodes, CPUs and GPUs) needs at least the room that copy is still waiting for, so it is
+charged that copy's lateness on top of its prediction. Smaller requests are not charged:
+they may fit holes the bigger copy cannot.
+
+The charge is a lower bound (the late copies have not started yet, so their true lateness
+is larger still) and it goes away as soon as they start or are cancelled. It is written
+into the candidate's ``why``, so a decision trace shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from federation.envelope import ResourceEnvelope, Shape
+from federation.placement import WaitFn
+from federation.policies import Policy
+from federation.sites.spec import SiteSpec
+from federation.snapshot import FederationSnapshot, PartitionSnapshot, SiteSnapshot
+
+
+@dataclass(frozen=True)
+class QueuedCopy:
+    """One of the coordinator's copies still queued: what it asked, was told, has waited."""
+
+    shape: Shape
+    predicted_wait_s: float
+    queued_s: float
+
+    @property
+    def late_s(self) -> float:
+        return max(0.0, self.queued_s - self.predicted_wait_s)
+
+    def no_larger_than(self, shape: Shape) -> bool:
+        s = self.shape
+        return (
+            (s.site, s.partition) == (shape.site, shape.partition)
+            and s.nodes <= shape.nodes
+            and s.cpus <= shape.cpus
+            and s.gpus <= shape.gpus
+            and s.mem_gb <= shape.mem_gb
+        )
+
+
+class LateBoard:
+    """The lateness a new request would be charged, from the copies ``source`` lists now."""
+
+    def __init__(self, source: Callable[[], Iterable[QueuedCopy]], weight: float = 1.0) -> None:
+        if weight < 0:
+            raise ValueError(f"weight must be >= 0, got {weight}")
+        self.source = source
+        self.weight = weight
+        self._copies: Sequence[QueuedCopy] | None = None
+
+    def refresh(self) -> None:
+        """Read the source once for the decision about to be made (see :class:`LateAdjusted`)."""
+        self._copies = [c for c in self.source() if c.late_s > 0]
+
+    def charge_s(self, shape: Shape) -> float:
+        copies = self._copies if self._copies is not None else list(self.source())
+        late = (c.late_s for c in copies if c.no_larger_than(shape))
+        return self.weight * max(late, default=0.0)
+
+
+class LateAdjusted:
+    """A :data:`~federation.placement.WaitFn`: ``inner``'s waits plus the board's charge."""
+
+    def __init__(self, inner: WaitFn, board: LateBoard) -> None:
+        self.inner = inner
+        self.board = board
+
+    def prepare(
+        self,
+        envelope: ResourceEnvelope,
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+        ladder: bool,
+    ) -> None:
+        """Read the board once per decision, then let ``inner`` precompute its waits."""
+        self.board.refresh()
+        inner = getattr(self.inner, "prepare", None)
+        if inner is not None:
+            inner(envelope, sites, snapshot, now, ladder)
+
+    def __call__(
+        self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+    ) -> tuple[float, float, str]:
+        mid, high, why = self.inner(shape, part, site, now)
+        charge = self.board.charge_s(shape)
+        if charge <= 0:
+            return mid, high, why
+        return (
+            mid + charge,
+            high + charge,
+            f"{why}; +{charge:.0f} s: a copy of ours no larger than this is queued here "
+            f"{charge:.0f} s past its predicted wait",
+        )
+
+
+def with_late_board(policy: Policy, board: LateBoard) -> Policy:
+    """``policy`` deciding on its waits plus ``board``'s charge (itself if already so)."""
+    if isinstance(policy.wait_fn, LateAdjusted):
+        return policy
+    before = policy.prepare
+
+    def prepare(
+        envelope: ResourceEnvelope,
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+        ladder: bool,
+    ) -> None:
+        board.refresh()
+        if before is not None:
+            before(envelope, sites, snapshot, now, ladder)
+
+    return replace(policy, wait_fn=LateAdjusted(policy.wait_fn, board), prepare=prepare)
