@@ -4,9 +4,10 @@ A wait predictor that sees only the queue as it stands (the twin, Slurm's estima
 know the jobs that will arrive and backfill ahead of a request. The coordinator can see
 where that is happening: its own copies still queued past their predicted waits. A new
 request at the same site and partition that is no smaller than such a copy (as many or
-more nodes, CPUs and GPUs) needs at least the room that copy is still waiting for, so it is
-charged that copy's lateness on top of its prediction. Smaller requests are not charged:
-they may fit holes the bigger copy cannot.
+more nodes, CPUs, GPUs and memory, and as long a time limit) needs at least the room that
+copy is still waiting for, so it is charged that copy's lateness on top of its
+prediction. Smaller or shorter requests are not charged: they may fit holes (or backfill
+windows) the copy cannot.
 
 The charge is a lower bound (the late copies have not started yet, so their true lateness
 is larger still) and it goes away as soon as they start or are cancelled. It is written
@@ -46,6 +47,7 @@ class QueuedCopy:
             and s.cpus <= shape.cpus
             and s.gpus <= shape.gpus
             and s.mem_gb <= shape.mem_gb
+            and s.walltime_s <= shape.walltime_s
         )
 
 
