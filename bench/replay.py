@@ -181,7 +181,7 @@ def run_cell(
     twin_samples: int = 0,
     single_samples: int = 0,
     watch: Watch | None = None,
-    late_board: bool = True,
+    late_board: bool = False,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -547,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--late-board",
         choices=("on", "off"),
-        default="on",
+        default="off",
         help="twin-watch: charge a new request the lateness of its own queued copies no larger",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")

@@ -117,8 +117,11 @@ class Coordinator:
         self._rejudge_pool: ThreadPoolExecutor | None = None
         """One thread that judges watched tasks again (a watching policy's ticks)."""
         self.late_board = LateBoard(self._queued_copies)
-        """A watching policy's waits are charged the lateness of our own copies still
-        queued (:mod:`federation.lateness`)."""
+        """Our own copies still queued past their predictions (:mod:`federation.lateness`)."""
+        self.charge_late_copies = False
+        """A watching policy's waits are charged :attr:`late_board` when set (off by
+        default: on the replay it helped the CEA-Curie busy window and hurt KTH-SP2's
+        P95; see the README)."""
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -333,9 +336,11 @@ class Coordinator:
 
     # --- watching: a task still queued past its prediction is judged again ---------------
     def _placer(self) -> Policy:
-        """The configured policy; a watching one also charged :attr:`late_board`."""
+        """The configured policy (a watching one charged :attr:`late_board` if asked)."""
         pol = get_policy(self.policy)
-        return with_late_board(pol, self.late_board) if pol.watch is not None else pol
+        if self.charge_late_copies and pol.watch is not None:
+            return with_late_board(pol, self.late_board)
+        return pol
 
     def _queued_copies(self) -> list[QueuedCopy]:
         """Our copies still queued now, with what they were predicted to wait."""

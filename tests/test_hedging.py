@@ -547,6 +547,8 @@ def test_a_watching_coordinator_charges_new_placements_its_late_copies(
 ) -> None:
     waits = _Waits(delta=0.0, local=900.0)
     coord = _watched(sites, waits)
+    assert not coord.charge_late_copies  # opt-in
+    coord.charge_late_copies = True
     try:
         h = coord.submit_task(PythonTask(square, (5,)), ENV)
         assert h.site == "delta" and h.decision.chosen.predicted_wait_s == 0.0
@@ -561,7 +563,10 @@ def test_a_watching_coordinator_charges_new_placements_its_late_copies(
         # started: no longer evidence against Delta's prediction
         again = next(c for c in coord.plan(ENV).candidates if c.site == "delta")
         assert again.predicted_wait_s == 0.0 and "past its predicted wait" not in again.why
-        # a policy that does not watch is never charged
+        # not asked, or a policy that does not watch: never charged
+        coord.charge_late_copies = False
+        assert not isinstance(coord._placer().wait_fn, LateAdjusted)
+        coord.charge_late_copies = True
         coord.policy = "earliest-start"
         assert not isinstance(coord._placer().wait_fn, LateAdjusted)
         assert "past its predicted" not in coord.plan(ENV).chosen.why
