@@ -392,8 +392,11 @@ class Coordinator:
         with self._lock:
             if h.done or h.winner is not None:
                 return
-            holding = [c.candidate for c in h.copies if c.state == "queued"]
+            queued = [c for c in h.copies if c.state == "queued"]
+            holding = [c.candidate for c in queued]
+            since = [c.submitted_at for c in queued]
             tried = [c.candidate for c in h.copies]
+            failed = {c.site for c in h.copies if c.state == "failed"}
             n = len(h.copies)
         now = datetime.now(UTC)
         queued_s = (now - h.submitted_at).total_seconds()
@@ -409,7 +412,11 @@ class Coordinator:
             logger.info("judging %s again failed: %s", h.id, e)
             self._arm_rejudge(h, pol, w.every_s)
             return
-        cand = pol.extra_copy(h.decision, fresh, holding, queued_s, tried)
+        # a site where a copy failed gets no other (a broken site, not a queue to beat)
+        open_ = tuple(c for c in fresh.candidates if c.site not in failed)
+        fresh = fresh.model_copy(update={"candidates": open_})
+        ages = [(now - t).total_seconds() for t in since]  # each copy's own wait so far
+        cand = pol.extra_copy(h.decision, fresh, holding, queued_s, tried, ages)
         if cand is not None:
             self._add_copy(h, cand, queued_s, fresh)
         self._arm_rejudge(h, pol, w.every_s)
