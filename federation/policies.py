@@ -217,8 +217,10 @@ class Policy:
             return None
         ranked = w.charge == "site"
         best = min(others, key=lambda c: score(c, ranked)) if ranked else others[0]
-        held = {c.shape for c in holding}
-        here = [score(c, True) for c in fresh.candidates if c.shape in held]
+        # a held copy's stand-in: a fresh request of its shape (places="site": the best
+        # fresh request at its site, the first rule)
+        held = {w.place(c) for c in holding}
+        here = [score(c, True) for c in fresh.candidates if w.place(c) in held]
         if here and score(best, ranked) + w.margin_s >= min(here):
             return None
         return best

@@ -410,18 +410,23 @@ def test_twin_watch_places_a_smaller_copy_where_a_new_request_starts_sooner() ->
         1,
         2000.0,
     )
-    # places="site": another site only; shapes="smallest": Anvil on 1 GPU (7000 s)
-    other = _watch_on(waits, places="site").extra_copy(first, fresh, [first.chosen], 400.0)
-    assert other is not None and (other.site, other.shape.gpus) == ("anvil", 1)
-    # shapes="any": the fresh decision's best there, Anvil on 2 GPUs (6000 s)
-    best = _watch_on(waits, places="site", shapes="any").extra_copy(
-        first, fresh, [first.chosen], 400.0
-    )
-    assert best is not None and (best.site, best.shape.gpus) == ("anvil", 2)
+    # places="site" (the first rule): another site only, and a holding site stands for its
+    # best fresh request: Delta's 1-GPU one finishes in 2000 s, so no site is sooner
+    site_rule = _watch_on(waits, places="site")
+    assert site_rule.extra_copy(first, fresh, [first.chosen], 400.0) is None
     # nothing where a copy already was: with the 1-GPU Delta copy tried, Anvil on 1 GPU
     tried = [first.chosen, by_default]
     nxt = pol.extra_copy(first, fresh, [first.chosen], 400.0, tried=tried)
     assert nxt is not None and (nxt.site, nxt.shape.gpus) == ("anvil", 1)
+    # now every Delta request waits 9000 s: by site, shapes="smallest" gives Anvil on 1 GPU
+    # (7000 s), shapes="any" the fresh decision's best there, Anvil on 2 GPUs (6000 s)
+    slow = _decide(pol, waits, delta1=9e3, delta2=9e3, anvil1=5e3, anvil2=5e3)
+    other = site_rule.extra_copy(first, slow, [first.chosen], 400.0)
+    assert other is not None and (other.site, other.shape.gpus) == ("anvil", 1)
+    best = _watch_on(waits, places="site", shapes="any").extra_copy(
+        first, slow, [first.chosen], 400.0
+    )
+    assert best is not None and (best.site, best.shape.gpus) == ("anvil", 2)
 
 
 def test_twin_watch_charges_each_holding_site_its_own_copys_lateness() -> None:
