@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         "--watch-late-weight",
         type=float,
         default=Watch.late_weight,
-        help="twin-watch: share of a task's lateness charged to the sites holding it",
+        help="twin-watch: share of a held copy's lateness charged to its site",
     )
     ap.add_argument(
         "--watch-places",
