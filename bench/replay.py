@@ -182,6 +182,7 @@ def run_cell(
     single_samples: int = 0,
     watch: Watch | None = None,
     late_board: bool = False,
+    late_board_weight: float = 1.0,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -215,7 +216,11 @@ def run_cell(
     pending: list[Pending] = []
     t = warmup_h * 3600
     # twin-watch's own copies still queued at t, late against their predictions
-    board = LateBoard(lambda: _queued_copies(pending, t)) if late_board else None
+    board = (
+        LateBoard(lambda: _queued_copies(pending, t), weight=late_board_weight)
+        if late_board
+        else None
+    )
     policies = {
         w.name: make_policies(twin_pred, runtimes, w, max_copies, single, watch, board)
         for w in WORKLOADS
@@ -550,6 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         default="off",
         help="twin-watch: charge a new request the lateness of its own queued copies no larger",
     )
+    ap.add_argument(
+        "--late-board-weight",
+        type=float,
+        default=1.0,
+        help="twin-watch with --late-board on: share of a late copy's lateness charged",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -588,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                         charge=args.watch_charge,
                     ),
                     args.late_board == "on",
+                    args.late_board_weight,
                 )
                 cells.append(cell)
                 print(
@@ -612,7 +624,9 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"margin {args.watch_margin_s:g} s, max copies {args.watch_max_copies}, "
         f"late weight {args.watch_late_weight:g}, places {args.watch_places}, "
         f"shapes {args.watch_shapes}, charge {args.watch_charge}, "
-        f"late board {args.late_board})",
+        f"late board {args.late_board}"
+        + (f" x{args.late_board_weight:g}" if args.late_board == "on" else "")
+        + ")",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
