@@ -22,7 +22,7 @@ from datetime import datetime
 
 from federation.envelope import ResourceEnvelope, Shape
 from federation.placement import WaitFn
-from federation.policies import Policy
+from federation.policies import Policy, PrepareFn
 from federation.sites.spec import SiteSpec
 from federation.snapshot import FederationSnapshot, PartitionSnapshot, SiteSnapshot
 
@@ -72,11 +72,16 @@ class LateBoard:
 
 
 class LateAdjusted:
-    """A :data:`~federation.placement.WaitFn`: ``inner``'s waits plus the board's charge."""
+    """A :data:`~federation.placement.WaitFn`: ``inner``'s waits plus the board's charge.
 
-    def __init__(self, inner: WaitFn, board: LateBoard) -> None:
+    :meth:`prepare` reads the board once per decision, then runs ``then`` (default:
+    ``inner``'s own ``prepare``, if it has one).
+    """
+
+    def __init__(self, inner: WaitFn, board: LateBoard, then: PrepareFn | None = None) -> None:
         self.inner = inner
         self.board = board
+        self.then = then if then is not None else getattr(inner, "prepare", None)
 
     def prepare(
         self,
@@ -86,11 +91,9 @@ class LateAdjusted:
         now: datetime,
         ladder: bool,
     ) -> None:
-        """Read the board once per decision, then let ``inner`` precompute its waits."""
         self.board.refresh()
-        inner = getattr(self.inner, "prepare", None)
-        if inner is not None:
-            inner(envelope, sites, snapshot, now, ladder)
+        if self.then is not None:
+            self.then(envelope, sites, snapshot, now, ladder)
 
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
@@ -111,17 +114,5 @@ def with_late_board(policy: Policy, board: LateBoard) -> Policy:
     """``policy`` deciding on its waits plus ``board``'s charge (itself if already so)."""
     if isinstance(policy.wait_fn, LateAdjusted):
         return policy
-    before = policy.prepare
-
-    def prepare(
-        envelope: ResourceEnvelope,
-        sites: Sequence[SiteSpec],
-        snapshot: FederationSnapshot,
-        now: datetime,
-        ladder: bool,
-    ) -> None:
-        board.refresh()
-        if before is not None:
-            before(envelope, sites, snapshot, now, ladder)
-
-    return replace(policy, wait_fn=LateAdjusted(policy.wait_fn, board), prepare=prepare)
+    adjusted = LateAdjusted(policy.wait_fn, board, then=policy.prepare)
+    return replace(policy, wait_fn=adjusted, prepare=adjusted.prepare)

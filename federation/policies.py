@@ -25,8 +25,8 @@ functions, and ranks. Every decision records all candidates and every rejection.
   ``Watch.max_copies``; a smaller request at a holding site counts as a new place). Queues
   that end early or late by surprise are caught a probe interval later instead of never.
   Live, the coordinator judges each such task again on one timer and one thread
-  (``task.copy_added``), and charges new placements the lateness of its own queued copies
-  (:mod:`federation.lateness`).
+  (``task.copy_added``); opt-in (``Coordinator.charge_late_copies``), it also charges new
+  placements the lateness of its own queued copies (:mod:`federation.lateness`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ class Watch:
     """Which shapes an added copy may take: the fresh decision's best (``any``), or only
     the envelope's smallest at each partition (``smallest``), the request that fits the
     most holes when predictions have proved wrong."""
-
     charge: Literal["task", "site"] = "site"
     """Whose lateness a holding site is charged: the task's (queued past the chosen copy's
     prediction) for every holding site, or (``site``) each copy's own, also when ranking
@@ -193,14 +192,15 @@ class Policy:
             return None
         w = self.watch
         assert w is not None
-        ages = list(held_for_s) if held_for_s is not None else [queued_s] * len(holding)
         late: dict[str, float] = {}
-        for c, age in zip(holding, ages, strict=True):
-            lateness = w.late_weight * max(0.0, age - c.predicted_wait_s)
-            late[c.site] = max(late.get(c.site, 0.0), lateness)
         if w.charge == "task":  # the first rule: the task's lateness, at every holding site
             task_late = w.late_weight * max(0.0, queued_s - first.chosen.predicted_wait_s)
-            late = dict.fromkeys(late, task_late)
+            late = dict.fromkeys((c.site for c in holding), task_late)
+        else:
+            ages = list(held_for_s) if held_for_s is not None else [queued_s] * len(holding)
+            for c, age in zip(holding, ages, strict=True):
+                lateness = w.late_weight * max(0.0, age - c.predicted_wait_s)
+                late[c.site] = max(late.get(c.site, 0.0), lateness)
 
         def score(c: Candidate, charged: bool) -> float:
             return self.key(c)[0] + (late.get(c.site, 0.0) if charged else 0.0)
