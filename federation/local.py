@@ -38,6 +38,15 @@ class LocalSites:
         self.slurm = LocalFederation(home=self.home, sites=[s.name for s in self.specs])
         self.daemons = EndpointDaemons(self.home)
         self.service: LocalComputeService | None = None
+        """The offline web service of the latest :meth:`backends` call."""
+        self._services: list[LocalComputeService] = []
+
+    def close(self) -> None:
+        """Close every offline web service :meth:`backends` started (their result watchers
+        fail the futures still open; otherwise the SDK holds the interpreter at exit)."""
+        services, self._services = self._services, []
+        for svc in services:
+            svc.close()
 
     def up(self) -> dict[str, float]:
         """Start Slurm and each site's endpoint (idempotent); returns seconds per step."""
@@ -67,6 +76,7 @@ class LocalSites:
         ``budgets_core_hours`` per site feed the credit probe (``federation.yaml``).
         """
         service = self.service = LocalComputeService()
+        self._services.append(service)
         for spec in self.specs:
             service.add_endpoint(
                 local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)

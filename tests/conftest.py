@@ -47,7 +47,10 @@ def local(local_federation: Any) -> Iterator[Any]:
 
     sites = LocalSites(home=local_federation.home)
     sites.up()
-    yield sites
+    try:
+        yield sites
+    finally:
+        sites.close()  # the offline services this module's coordinators used
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,8 @@ class LocalComputeService:
         self._groups: dict[str, list[str]] = {}
         self._endpoints: dict[str, _Endpoint] = {}
         self._watchers: dict[str, InProcessResultWatcher] = {}
+        self._retired: list[InProcessResultWatcher] = []
+        """Watchers replaced while still running (their executor was shut down)."""
         self._clients: dict[str, Client] = {}
         self._started_listeners: list[StartedListener] = []
         self.requests_served = 0
@@ -154,6 +156,8 @@ class LocalComputeService:
         with self._lock:
             rw = self._watchers.get(tg)
             if rw is None or not rw.is_alive() or rw._closed:
+                if rw is not None and rw.is_alive():  # closed, still draining its futures:
+                    self._retired.append(rw)  # stopped by close() too, or exit would wait
                 rw = InProcessResultWatcher(task_group_id, client, poll_period_s=1.0)
                 rw.start()
                 self._watchers[tg] = rw
@@ -171,8 +175,9 @@ class LocalComputeService:
 
     def close(self) -> None:
         with self._lock:
-            watchers = list(self._watchers.values())
+            watchers = [*self._watchers.values(), *self._retired]
             self._watchers.clear()
+            self._retired.clear()
             endpoints = list(self._endpoints.values())
         for rw in watchers:
             rw._time_to_stop = True
