@@ -741,23 +741,31 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         # the Delta copy's batch job left Delta's queue: only the fillers are left
         _until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
         assert all(TAG in j for j in queued_jobs(slurm, "delta"))
+
         # and Delta's accounting agrees: our batch job there was cancelled, never started
-        acct = slurm.run(
-            "delta",
-            [
-                "sacct",
-                *("-X", "-a", "-n", "-P", "-S", since),
-                *("-o", "JobID,JobName,State,Start,ElapsedRaw"),
-            ],
-        )
-        assert acct.returncode == 0, acct.stderr
-        ours = [ln.split("|") for ln in acct.stdout.splitlines() if ln and TAG not in ln]
-        assert ours, acct.stdout  # the batch job seen queued above
+        # (slurmctld hands job records to slurmdbd through a queue that lags under load, so
+        # wait for the record of the batch job seen queued above to reach the database)
+        def delta_acct() -> tuple[str, list[list[str]]]:
+            acct = slurm.run(
+                "delta",
+                [
+                    "sacct",
+                    *("-X", "-a", "-n", "-P", "-S", since),
+                    *("-o", "JobID,JobName,State,Start,ElapsedRaw"),
+                ],
+            )
+            assert acct.returncode == 0, acct.stderr
+            lines = [ln.split("|") for ln in acct.stdout.splitlines() if ln and TAG not in ln]
+            done = [ln for ln in lines if not ln[2].startswith(("PENDING", "RUNNING"))]
+            return acct.stdout, done if len(done) == len(lines) else []
+
+        _until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 60)
+        text, ours = delta_acct()
         for job_id, _name, state, start, elapsed in ours:
             # never ran: no start, or (when the cancel lands in the second the controller
             # records, as slurmctld 22 does here under load) a start equal to its end
-            assert state.startswith("CANCELLED"), acct.stdout
-            assert start in ("None", "Unknown") or elapsed == "0", (job_id, acct.stdout)
+            assert state.startswith("CANCELLED"), text
+            assert start in ("None", "Unknown") or elapsed == "0", (job_id, text)
         # the site's own 'cancelled' result for that copy arrives, and changes nothing
         loser = h.copies[0].future
         assert loser is not None and loser.exception(timeout=30) is not None
