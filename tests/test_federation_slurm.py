@@ -73,7 +73,7 @@ def test_shaped_tasks_run_in_matching_slurm_allocations(
     # sacct (real accounting through the shared slurmdbd) knows the batch job and its GPUs
     r = coord.get_result(handles["gpu4"])
     assert r.slurm_job_id is not None
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     row = ""
     while time.monotonic() < deadline and "gres/gpu=4" not in row:
         out = local.slurm.run(

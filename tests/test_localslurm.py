@@ -293,7 +293,7 @@ def test_shaped_job_sees_its_allocation(
     assert env["SLURM_JOB_ACCOUNT"] == spec.default_account.lower()
     assert env["SLURM_JOB_NODELIST"].startswith("delta-gpua100x4-")
 
-    deadline, state = time.monotonic() + 15, ""
+    deadline, state = time.monotonic() + 60, ""
     while time.monotonic() < deadline:  # the completion record reaches slurmdbd shortly after
         state = fed.run(
             "delta", ["sacct", "-n", "-X", "-P", "-j", job, "-o", "state,partition,alloctres"]
