@@ -5,9 +5,11 @@ Runs over stdio (``python -m federation.mcp_server``) or streamable HTTP (``--tr
 http``, bearer tokens from ``federation token issue``). Backed by an embedded coordinator
 over the local sites by default, or by a running HTTP service (``--service URL --token T``).
 
-Every tool answers in well under a second, except ``await_event``, which blocks at most its
-``timeout_s`` (default 20 s, at most 50 s: below the usual MCP client timeouts). Tasks are
-shell commands or catalog functions by name: no code travels over MCP.
+Over HTTP each tool acts for the token's caller (its policy and audit trail); over stdio
+for the user who started the server. Every tool answers in well under a second, except
+``await_event``, which blocks at most its ``timeout_s`` (default 20 s, at most 50 s: below
+the usual MCP client timeouts). Tasks are shell commands or catalog functions by name: no
+code travels over MCP.
 """
 
 import argparse
@@ -22,7 +24,7 @@ from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, JsonValue, ValidationError
 
@@ -88,6 +90,24 @@ def _messages(e: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"])
         parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
     return "; ".join(parts)
+
+
+STDIO_CALLER = "mcp"
+"""Who submits over stdio: the user who started the server (their own process)."""
+
+
+def caller_of(ctx: Context | None) -> str:
+    """The caller a tool acts for: over HTTP, the name of the bearer token's caller (put on
+    the request by the token guard), so that caller's policy and audit trail apply; over
+    stdio, :data:`STDIO_CALLER`."""
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except ValueError:  # not inside a request
+        return STDIO_CALLER
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    caller = state.get("caller") if isinstance(state, dict) else None
+    return str(caller) if caller else STDIO_CALLER
 
 
 async def _run(fn: Callable[..., Any], *args: Any) -> Any:
@@ -176,6 +196,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             dict[str, JsonValue] | None, Field(description="keyword arguments of `function`")
         ] = None,
         name: Annotated[str, Field(max_length=200, description="a label for the task")] = "",
+        ctx: Context | None = None,
     ) -> SubmitResponse:
         try:
             req = TaskRequest(
@@ -189,7 +210,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         except ValidationError as e:
             raise ToolError(f"bad_request: {_messages(e)}") from e
         ops = await get_ops()
-        resp: SubmitResponse = await _run(ops.submit, req, "mcp")
+        resp: SubmitResponse = await _run(ops.submit, req, caller_of(ctx))
         return resp
 
     @mcp.tool(
@@ -219,6 +240,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         distinct_sites: Annotated[
             bool, Field(description="spread children over different sites while feasible")
         ] = True,
+        ctx: Context | None = None,
     ) -> GroupResponse:
         try:
             req = GroupRequest(
@@ -227,7 +249,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         except ValidationError as e:
             raise ToolError(f"bad_request: {_messages(e)}") from e
         ops = await get_ops()
-        resp: GroupResponse = await _run(ops.submit_group, req, "mcp")
+        resp: GroupResponse = await _run(ops.submit_group, req, caller_of(ctx))
         return resp
 
     @mcp.tool(
@@ -269,6 +291,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         deadline_s: Annotated[
             float | None, Field(gt=0, description="give up after this many seconds")
         ] = None,
+        ctx: Context | None = None,
     ) -> TransferResponse:
         try:
             req = TransferRequest(
@@ -284,7 +307,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         except ValidationError as e:
             raise ToolError(f"bad_request: {_messages(e)}") from e
         ops = await get_ops()
-        resp: TransferResponse = await _run(ops.move_data, req, "mcp")
+        resp: TransferResponse = await _run(ops.move_data, req, caller_of(ctx))
         return resp
 
     @mcp.tool(
@@ -401,9 +424,13 @@ class Backend:
 
 
 def embedded_ops(
-    home: Path | None = None, sites: list[str] | None = None, bring_up: bool = True
+    home: Path | None = None,
+    sites: list[str] | None = None,
+    bring_up: bool = True,
+    tokens_db: Path | None = None,
 ) -> Operations:
-    """A coordinator over the local sites, as :class:`LocalOps`."""
+    """A coordinator over the local sites, as :class:`LocalOps`; callers' policies from
+    ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``."""
     from federation.local import LocalSites
     from federation.security.policy import PolicyGate
     from federation.service.ops import LocalOps
@@ -411,7 +438,7 @@ def embedded_ops(
     local = LocalSites(home=home, sites=sites)
     if bring_up:
         local.up()
-    coord = local.connect(gate=PolicyGate.from_home(local.home))
+    coord = local.connect(gate=PolicyGate.from_home(local.home, tokens_db=tokens_db))
 
     def close() -> None:
         coord.close()
@@ -490,7 +517,7 @@ def run(
     else:
 
         def factory() -> Operations:
-            return embedded_ops(home, sites, bring_up)
+            return embedded_ops(home, sites, bring_up, tokens_db if transport == "http" else None)
 
     backend = Backend(factory)
     server = build_server(backend.get)

@@ -23,6 +23,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from federation.local import LocalSites
+from federation.security.audit import AuditLog
+from federation.security.policy import CallerPolicy
 from federation.service.app import create_app
 from federation.service.server import free_port, running
 from federation.service.tokens import TokenStore
@@ -173,9 +175,13 @@ def test_stdio_agent_loop(home: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def http_mcp(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def http_mcp(
+    home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, str]]:
     db = tmp_path_factory.mktemp("mcp") / "tokens.db"
     token = TokenStore(db).issue("mcp-test").token
+    # a second caller, allowed Delta only (its policy kept with its token)
+    narrow = TokenStore(db).issue("mcp-delta-only", CallerPolicy(allowed_sites=("delta",))).token
     port = free_port()
     log = (tmp_path_factory.mktemp("mcp-log") / "server.log").open("w")
     proc = subprocess.Popen(
@@ -207,7 +213,7 @@ def http_mcp(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"MCP HTTP server did not start (rc={proc.poll()})") from e
                 time.sleep(0.2)
-        yield url, token
+        yield url, token, narrow
     finally:
         proc.terminate()
         try:
@@ -217,8 +223,8 @@ def http_mcp(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
         log.close()
 
 
-def test_streamable_http_agent_loop(http_mcp: tuple[str, str]) -> None:
-    url, token = http_mcp
+def test_streamable_http_agent_loop(home: Path, http_mcp: tuple[str, str, str]) -> None:
+    url, token, _ = http_mcp
     assert httpx.post(url, json={}, timeout=5).status_code == 401  # no token, no tools
     headers = {"Authorization": f"Bearer {token}"}
 
@@ -233,6 +239,41 @@ def test_streamable_http_agent_loop(http_mcp: tuple[str, str]) -> None:
     result = anyio.run(main)
     assert result["stdout"].strip() == "agent on local" and result["returncode"] == 0
     _assert_tools_called("http")
+    # the task ran as the token's caller: the audit log says who ran what where
+    shipped = [
+        r for r in AuditLog(home / "audit.db").records(caller="mcp-test") if r.decision == "allowed"
+    ]
+    assert [(r.site, r.what) for r in shipped] == [("local", "echo agent on $SLURM_CLUSTER_NAME")]
+
+
+def test_streamable_http_applies_the_token_callers_policy(
+    home: Path, http_mcp: tuple[str, str, str]
+) -> None:
+    """A caller allowed Delta only is refused the local site, and nothing is submitted."""
+    url, _, narrow = http_mcp
+
+    async def main() -> tuple[bool, str, int, int]:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {narrow}"}, timeout=httpx2.Timeout(60)
+            ) as http,
+            streamable_http_client(url, http_client=http) as (r, w),
+            ClientSession(r, w) as s,
+        ):
+            await s.initialize()
+            before = await _queued_count(s)
+            res = await s.call_tool(
+                "submit_task",
+                {"envelope": {"sites": ["local"], "walltime_s": 60}, "command": "true"},
+            )
+            text = res.content[0].text  # type: ignore[union-attr]
+            return res.is_error, text, before, await _queued_count(s)
+
+    is_error, text, before, after = anyio.run(main)
+    assert is_error and "policy" in text and "local" in text, text
+    assert after == before
+    denied = AuditLog(home / "audit.db").records(caller="mcp-delta-only")
+    assert [r.decision for r in denied] == ["denied"], denied
 
 
 def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:

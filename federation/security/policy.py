@@ -246,16 +246,17 @@ class PolicyGate:
         self.budget = budget
 
     @classmethod
-    def from_home(cls, home: Path | None = None) -> PolicyGate:
-        """Policies from ``home/policy.yaml`` (if present) and the token store; audit in
-        ``home/audit.db``."""
+    def from_home(cls, home: Path | None = None, tokens_db: Path | None = None) -> PolicyGate:
+        """Policies from ``home/policy.yaml`` (if present) and the token store (``tokens_db``,
+        default the home's); audit in ``home/audit.db``."""
         from federation.local import federation_home
         from federation.service.tokens import TokenStore, default_token_db
 
         h = home or federation_home()
         path = h / POLICY_FILE
         policies = load_policies(path) if path.exists() else PolicySet()
-        return cls(policies, AuditLog(default_audit_db(h)), tokens=TokenStore(default_token_db(h)))
+        tokens = TokenStore(tokens_db or default_token_db(h))
+        return cls(policies, AuditLog(default_audit_db(h)), tokens=tokens)
 
     # --- lookup ------------------------------------------------------------------------------
     def policy_for(self, caller: str) -> CallerPolicy | None:
