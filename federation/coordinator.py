@@ -685,6 +685,7 @@ class Coordinator:
             outcome=outcome,
         )
         handle.notes.append(f"held for an operator: {outcome.summary()}")
+        handle.state = "held"
         with self._lock:
             self._handles[handle.id] = handle
             self._unindexed[handle.id] = handle
@@ -726,6 +727,7 @@ class Coordinator:
             message=f"approved by {actor}: {held.why}",
         )
         self.events.emit("policy.approved", task_id, h.site, actor=actor, caller=held.caller)
+        h.state = "queued"
         return self._ship(h, task)
 
     def reject(
@@ -780,7 +782,9 @@ class Coordinator:
             task=task,
             submitted_at=held.held_at,
         )
-        if held.state == "rejected":
+        if held.state == "held":
+            h.state = "held"
+        elif held.state == "rejected":
             h.state = "failed"
             h.error = f"rejected by policy: {held.reason}"
             h.completed_at = held.resolved_at
@@ -1233,6 +1237,15 @@ class Coordinator:
         could not be cancelled (it started meanwhile), False, and the task carries on there.
         """
         h = self._handle(handle)
+        if h.state == "held":  # never shipped: cancelling it rejects it
+            held = self.held.get(h.id)
+            if held is None or held.state != "held":
+                return False
+            try:
+                self.reject(h.id, reason, actor=held.caller)
+            except FederationError:  # approved or rejected meanwhile
+                return False
+            return True
         if h.copies and not h.attempts:  # hedged (a retry after the race ships one copy)
             return self._cancel_copies(h, reason)
         if h.done or h.compute_task_id is None:

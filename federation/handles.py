@@ -18,7 +18,8 @@ from federation.placement import Candidate, PlacementDecision
 from federation.provenance import Accounting
 from federation.results import ResultRef
 
-TaskState = Literal["queued", "running", "completed", "failed"]
+TaskState = Literal["held", "queued", "running", "completed", "failed"]
+"""``held``: placed, not shipped: the policy gate holds it for an operator (approve or reject)."""
 CopyState = Literal["queued", "won", "cancelling", "cancelled", "abandoned", "failed"]
 """A hedged copy: queued; ``won`` (started first: the task's placement); ``cancelling``
 (a cancel is on its way to the site); ``cancelled`` (the site confirmed it never ran);

@@ -325,11 +325,11 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
 
     @mcp.tool(
         description=(
-            "A task's state (queued, running, completed, failed) and placement, at once; "
-            "it does not wait. Once done, `result` holds the manifest: value (when JSON, "
-            "else value_repr), error and remote_traceback, stdout/stderr/returncode for "
-            "commands, Slurm job id, queue wait and runtime, and its events. To wait for a "
-            "task, use await_event."
+            "A task's state (held for an operator, queued, running, completed, failed) and "
+            "placement, at once; it does not wait. Once done, `result` holds the manifest: "
+            "value (when JSON, else value_repr), error and remote_traceback, "
+            "stdout/stderr/returncode for commands, Slurm job id, queue wait and runtime, "
+            "and its events. To wait for a task, use await_event."
         )
     )
     async def get_result(

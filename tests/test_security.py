@@ -194,14 +194,15 @@ def test_exceeding_a_hold_limit_holds_the_task_until_approved(
     coord = _coord({"erin": CallerPolicy(max_node_hours_per_task=0.5, on_exceed="hold")})
     closing.append(coord)
     h = coord.submit_task(PythonTask(square, (6,)), ONE_HOUR, caller="erin")
-    assert _shipped(coord) == 0 and not h.done
+    assert _shipped(coord) == 0 and not h.done and h.state == "held"
     (ev,) = [e for e in coord.history(h.id) if e.kind.startswith("policy.")]
     assert ev.kind == "policy.unresolved" and ev.detail["rules"] == ["max_node_hours_per_task"]
     assert [t.task_id for t in coord.pending_policy()] == [h.id]
     assert "task.queued" not in [e.kind for e in coord.history(h.id)]
 
     approved = coord.approve(h.id, actor="op")
-    assert approved is h and coord.result_value(h, timeout_s=30) == 36
+    assert approved is h and h.state != "held"
+    assert coord.result_value(h, timeout_s=30) == 36 and h.state == "completed"
     kinds = [e.kind for e in coord.history(h.id)]
     assert kinds[:3] == ["policy.unresolved", "policy.approved", "task.queued"]
     assert coord.pending_policy() == []
@@ -223,6 +224,25 @@ def test_rejected_task_fails_with_the_reason_and_never_ships(
     kinds = [e.kind for e in coord.history(h.id)]
     assert kinds == ["policy.unresolved", "policy.rejected", "task.failed"]
     assert _shipped(coord) == 0
+
+
+def test_cancelling_a_held_task_rejects_it(closing: list[FixedCoordinator]) -> None:
+    coord = _coord({"hana": CallerPolicy(require_approval=True)})
+    closing.append(coord)
+    h = coord.submit_task(ShellTask(command="echo hi"), ONE_HOUR, caller="hana")
+    assert h.state == "held"
+    assert coord.cancel(h, "changed my mind") is True
+    res = coord.get_result(h, timeout_s=5)
+    assert res.status == "failed" and "changed my mind" in (res.error or "")
+    assert [e.kind for e in coord.history(h.id)] == [
+        "policy.unresolved",
+        "policy.rejected",
+        "task.failed",
+    ]
+    assert coord.pending_policy() == [] and _shipped(coord) == 0
+    assert coord.cancel(h) is False  # already failed
+    with pytest.raises(Exception, match="not held for approval"):
+        coord.approve(h.id)
 
 
 def _with_allocation(snap: FederationSnapshot, site: str, used: float, limit: float) -> Any:
@@ -299,6 +319,7 @@ def test_held_tasks_survive_a_restart_in_the_store(
     assert {t.task_id for t in second.pending_policy()} == {kept.id, dropped.id}
     second.recover()
     assert {h.id for h in second.handles()} >= {kept.id, dropped.id}
+    assert {h.state for h in second.handles() if h.id in (kept.id, dropped.id)} == {"held"}
     h = second.approve(kept.id)
     assert second.result_value(h, timeout_s=30) == 49
     second.reject(dropped.id, "no")
