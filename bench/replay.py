@@ -20,7 +20,6 @@ runtimes of earlier probe tasks; not true runtimes, runtime noise, or start dela
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import zlib
@@ -218,11 +217,7 @@ def run_cell(
     t = warmup_h * 3600
     # twin-watch's own copies still queued at t, late against their predictions
     board = (
-        LateBoard(
-            lambda: _queued_copies(pending, t),
-            weight=late_board_weight,
-            scope=os.environ.get("FED_BOARD_SCOPE", "no-larger"),
-        )
+        LateBoard(lambda: _queued_copies(pending, t), weight=late_board_weight)
         if late_board
         else None
     )

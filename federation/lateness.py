@@ -54,17 +54,11 @@ class QueuedCopy:
 class LateBoard:
     """The lateness a new request would be charged, from the copies ``source`` lists now."""
 
-    def __init__(
-        self,
-        source: Callable[[], Iterable[QueuedCopy]],
-        weight: float = 1.0,
-        scope: str = "no-larger",
-    ) -> None:
+    def __init__(self, source: Callable[[], Iterable[QueuedCopy]], weight: float = 1.0) -> None:
         if weight < 0:
             raise ValueError(f"weight must be >= 0, got {weight}")
         self.source = source
         self.weight = weight
-        self.scope = scope
         self._copies: Sequence[QueuedCopy] | None = None
 
     def refresh(self) -> None:
@@ -73,14 +67,7 @@ class LateBoard:
 
     def charge_s(self, shape: Shape) -> float:
         copies = self._copies if self._copies is not None else list(self.source())
-        if self.scope == "partition":
-            late = (
-                c.late_s
-                for c in copies
-                if (c.shape.site, c.shape.partition) == (shape.site, shape.partition)
-            )
-        else:
-            late = (c.late_s for c in copies if c.no_larger_than(shape))
+        late = (c.late_s for c in copies if c.no_larger_than(shape))
         return self.weight * max(late, default=0.0)
 
 

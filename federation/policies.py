@@ -85,10 +85,6 @@ class Watch:
     prediction) for every holding site, or (``site``) each copy's own, also when ranking
     new places at that site."""
 
-    hedge_shapes: Literal["best", "smallest"] = "best"
-    """The shape of a copy placed with the first decision at another site: that site's best
-    ranked (``best``), or the envelope's smallest at that partition (``smallest``)."""
-
     def place(self, c: Candidate) -> str | Shape:
         """The identity :attr:`places` gives a copy."""
         return c.site if self.places == "site" else c.shape
@@ -260,9 +256,6 @@ class Policy:
                 and self.key(other)[0] <= self.key(best)[0] * (1 + self.hedge_within) + 1.0
             )
             if close or risky:
-                if self.watch is not None and self.watch.hedge_shapes == "smallest":
-                    small = _smallest(ranked, other)
-                    other = next(c for c in ranked if c.shape == small)
                 out.append(other)
                 used.add(other.site)
         return tuple(out)
