@@ -75,6 +75,8 @@ class ComputeSite:
         self._probe_fn = probe_fn
         self._adopter = adopter
         self._executors: dict[str, Executor] = {}
+        self._reloaders: list[Executor] = []
+        """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
 
     @property
@@ -145,10 +147,12 @@ class ComputeSite:
             for tid in task_ids:
                 self._adopter(tid)
         ex = self._factory(self.endpoint_id, self.client, {"profile": "probe"}, self.task_group_id)
+        with self._lock:  # its result watcher serves the reloaded futures until close()
+            self._reloaders.append(ex)
         try:
             futs = {str(f.task_id): f for f in ex.reload_tasks()}
         finally:
-            ex.shutdown(wait=False)
+            ex.shutdown(wait=False)  # no more submissions; the watcher carries on
         return {tid: futs[tid] for tid in task_ids if tid in futs}
 
     def cancel(self, task_id: str) -> bool:
@@ -158,7 +162,8 @@ class ComputeSite:
 
     def close(self) -> None:
         with self._lock:
-            executors = list(self._executors.values())
+            executors = [*self._executors.values(), *self._reloaders]
             self._executors.clear()
+            self._reloaders.clear()
         for ex in executors:
             ex.shutdown(wait=False, cancel_futures=True)
