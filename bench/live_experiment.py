@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
 from federation.errors import NoFeasibleSiteError  # noqa: E402
+from federation.hardware import speed_prior  # noqa: E402
 from federation.local import LocalSites  # noqa: E402
 from federation.parsing.times import parse_duration  # noqa: E402
 from federation.policies import (  # noqa: E402
@@ -444,7 +445,7 @@ def run_live(
     # warm-up: a head start for the background so that queues exist when probing starts
     warm = min(60.0, round_s * 2)
     coord = local.connect(telemetry=False, probe_timeout_s=120)
-    usage, runtimes = UsageRatioModel(), TaskRuntimeModel()
+    usage, runtimes = UsageRatioModel(), TaskRuntimeModel(speed=speed_prior(specs.values()))
     policies = {
         w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge, round_s)
         for w in WORKLOADS

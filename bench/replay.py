@@ -13,19 +13,22 @@ preparation, single-GPU inference, DDP training) is placed by every policy throu
 real placement code. The oracle plays every feasible (site, partition, shape) forward from
 the same queue state (``SimSite.what_if``), so every policy is scored against the same
 outcomes. Predictors see what a real coordinator sees: snapshots up to a probe interval
-old, requested walltimes of background jobs, how long *finished* jobs ran (sacct), and
-runtimes of earlier probe tasks; not true runtimes, runtime noise, or start delays.
+old, requested walltimes of background jobs, how long *finished* jobs ran (sacct), the
+runtimes of earlier probe tasks once they have ended (of the copy that ran), and a
+datasheet prior of GPU speed (``--runtime-prior``); not true runtimes, runtime noise, or
+start delays.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import sys
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
+from federation.hardware import speed_prior  # noqa: E402
 from federation.lateness import LateAdjusted, LateBoard, QueuedCopy  # noqa: E402
 from federation.metrics import (  # noqa: E402
     Outcome,
@@ -156,6 +160,10 @@ class Pending:
     def started_by(self, t: float) -> bool:
         return min(c[2] for c in self.copies) <= t
 
+    def winner(self) -> int:
+        """The copy that started first (the one that ran), as :func:`hedged_over_time` picks."""
+        return min(range(len(self.copies)), key=lambda i: (self.copies[i][2], self.copies[i][3]))
+
     def outcome(self) -> Outcome:
         comp, wait, held = hedged_over_time([c[1:] for c in self.copies], self.submit_s)
         return Outcome(
@@ -167,6 +175,25 @@ class Pending:
             copies=len(self.copies),
             hedge_held_s=held,
         )
+
+
+@dataclass
+class Learning:
+    """Probe tasks' runtimes, learned when each task ends (as a coordinator sees them in its
+    results and in sacct), not when it is placed: later tasks use only what has finished."""
+
+    model: TaskRuntimeModel
+    _due: list[tuple[float, int, str, Shape, float]] = field(default_factory=list)
+    _seq: int = 0
+
+    def ran(self, end_s: float, workload: str, shape: Shape, runtime_s: float) -> None:
+        self._seq += 1
+        heapq.heappush(self._due, (end_s, self._seq, workload, shape, runtime_s))
+
+    def learn_until(self, t: float) -> None:
+        while self._due and self._due[0][0] <= t:
+            _, _, workload, shape, runtime_s = heapq.heappop(self._due)
+            self.model.observe(workload, shape, runtime_s)
 
 
 def run_cell(
@@ -183,6 +210,7 @@ def run_cell(
     watch: Watch | None = None,
     late_board: bool = False,
     late_board_weight: float = 1.0,
+    runtime_prior: bool = True,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -205,7 +233,10 @@ def run_cell(
         sims[name] = sim
     usage = UsageRatioModel()
     last_look = 0.0
-    runtimes = TaskRuntimeModel()
+    # a datasheet prior of each partition's GPU speed until a workload has run there (not the
+    # simulator's true speeds, GPU_SPEED: a different, public estimate; see federation.hardware)
+    runtimes = TaskRuntimeModel(speed=speed_prior(specs.values()) if runtime_prior else None)
+    learning = Learning(runtimes)
     twin_pred = TwinPredictor(specs, usage, samples=twin_samples)
     single = (
         twin_pred
@@ -233,7 +264,8 @@ def run_cell(
     tick_rng = np.random.default_rng(seed + 1_000_003)  # ticks leave the rounds' draws alone
     while t < end or (pending and t < end + 86400):
         is_round = next_round <= t < end
-        pending = _score_started(pending, t, outcomes)
+        pending = _score_started(pending, t, outcomes, specs, learning)
+        learning.learn_until(t)
         if not is_round and not any(
             p.policy.overdue(p.first, len(p.copies), t - p.submit_s) for p in pending
         ):  # nothing to judge at this tick: no probe needed
@@ -263,7 +295,7 @@ def run_cell(
                     now_dt,
                     t,
                     policies[w.name],
-                    runtimes,
+                    learning,
                     rng,
                     outcomes,
                     pending,
@@ -297,13 +329,21 @@ def _queued_copies(pending: list[Pending], t: float) -> list[QueuedCopy]:
 
 
 def _score_started(
-    pending: list[Pending], t: float, outcomes: dict[str, list[Outcome]]
+    pending: list[Pending],
+    t: float,
+    outcomes: dict[str, list[Outcome]],
+    specs: dict[str, SiteSpec],
+    learning: Learning,
 ) -> list[Pending]:
     """Score the watched tasks that have started by ``t`` (a copy won); the rest wait."""
     still = []
     for p in pending:
         if p.started_by(t):
             outcomes[p.policy.name].append(p.outcome())
+            win = p.winner()
+            shape = p.placed[win].shape
+            run = true_runtime(p.w, shape, specs[shape.site], p.noise)
+            learning.ran(p.copies[win][3], p.w.name, shape, run)
         else:
             still.append(p)
     return still
@@ -373,7 +413,7 @@ def _one_task(
     now_dt: object,
     t: float,
     policies: list[Policy],
-    runtimes: TaskRuntimeModel,
+    learning: Learning,
     rng: np.random.Generator,
     outcomes: dict[str, list[Outcome]],
     pending: list[Pending],
@@ -399,7 +439,6 @@ def _one_task(
             table[_key(c)] = se
     best_key = min(table, key=lambda k: table[k][1])
     o_start, o_end = table[best_key]
-    observed: list[tuple[Shape, float]] = []
     for pol in policies:
         d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
         copies = [d.chosen, *d.hedges]
@@ -407,10 +446,7 @@ def _one_task(
         if pol.watch is not None:
             placed = [(c.site, t, *se) for c, se in zip(copies, copy_se, strict=True)]
             pending.append(Pending(pol, w, t, noise, d, placed, (o_start, o_end), copies))
-            observed.append(
-                (d.chosen.shape, true_runtime(w, d.chosen.shape, specs[d.chosen.site], noise))
-            )
-            continue
+            continue  # learned from once a copy has started (_score_started)
         comp, wait, held = hedged(copy_se, t)
         outcomes[pol.name].append(
             Outcome(
@@ -423,9 +459,9 @@ def _one_task(
                 hedge_held_s=held,
             )
         )
-        observed.append(
-            (d.chosen.shape, true_runtime(w, d.chosen.shape, specs[d.chosen.site], noise))
-        )
+        win = min(range(len(copies)), key=lambda i: copy_se[i])  # the copy that ran
+        ran = copies[win].shape
+        learning.ran(copy_se[win][1], w.name, ran, true_runtime(w, ran, specs[ran.site], noise))
     outcomes["oracle"].append(
         Outcome(
             completion_s=o_end - t,
@@ -434,8 +470,6 @@ def _one_task(
             oracle_wait_s=o_start - t,
         )
     )
-    for shape, run in observed:  # the coordinator learns runtimes of what it ran
-        runtimes.observe(w.name, shape, run)
 
 
 def make_policies(
@@ -561,6 +595,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="twin-watch with --late-board on: share of a late copy's lateness charged",
     )
+    ap.add_argument(
+        "--runtime-prior",
+        choices=("datasheet", "none"),
+        default="datasheet",
+        help="runtimes on hardware a workload has not run on: scaled by GPU memory "
+        "bandwidth from datasheets, or taken as elsewhere (none)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -600,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     args.late_board == "on",
                     args.late_board_weight,
+                    args.runtime_prior == "datasheet",
                 )
                 cells.append(cell)
                 print(
@@ -626,7 +668,7 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"shapes {args.watch_shapes}, charge {args.watch_charge}, "
         f"late board {args.late_board}"
         + (f" x{args.late_board_weight:g}" if args.late_board == "on" else "")
-        + ")",
+        + f", runtime prior {args.runtime_prior})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

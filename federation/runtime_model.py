@@ -1,8 +1,9 @@
 """Runtime knowledge a coordinator can learn: how long tasks take, and how long jobs really run.
 
-* :class:`TaskRuntimeModel` keeps observed runtimes of *our* tasks per workload, site and
-  shape, estimates scaling (speedup per doubling of GPUs or CPUs) and site speed, and
-  predicts the runtime of an untried (site, shape).
+* :class:`TaskRuntimeModel` keeps observed runtimes of *our* tasks per workload, hardware
+  (site and partition) and shape, estimates scaling (speedup per doubling of GPUs or CPUs),
+  and predicts the runtime of an untried (site, partition, shape), scaled by a datasheet
+  prior of the hardware's speed (:mod:`federation.hardware`) until it has run there.
 * :class:`UsageRatioModel` keeps, per site, the share of requested walltime that finished
   jobs really used (what ``sacct`` shows a real coordinator). Slurm's own estimates assume
   every job runs to its limit; in the shared traces the median job uses 40% (KTH) or under
@@ -18,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from federation.envelope import Shape
+from federation.hardware import SpeedFn
 
 
 def shape_units(shape: Shape) -> int:
@@ -27,28 +29,39 @@ def shape_units(shape: Shape) -> int:
 
 @dataclass
 class TaskRuntimeModel:
-    """Observed task runtimes; predictions for untried sites and shapes.
+    """Observed task runtimes; predictions for untried hardware and shapes.
 
-    ``default_speedup_per_doubling`` is the prior before two shapes have been observed (the
-    paper measured 1.90x and 1.96x for DDP on 1->2->4 GPUs).
+    Observations are kept per workload and hardware (site and partition: one site's
+    partitions may hold different GPUs). ``default_speedup_per_doubling`` is the prior
+    before two shapes have been observed on one partition (the paper measured 1.90x and
+    1.96x for DDP on 1->2->4 GPUs). ``speed`` is the prior relative speed of a shape's
+    hardware (e.g. :func:`federation.hardware.speed_prior`; ``None``: all alike): it scales
+    what was seen elsewhere to a partition the workload has not run on yet, and is not used
+    once it has.
     """
 
     default_speedup_per_doubling: float = 1.8
-    site_speed: dict[str, float] = field(default_factory=dict)
-    """Relative speed per site when known a priori (1.0 = reference)."""
-    _obs: dict[str, list[tuple[str, int, float]]] = field(default_factory=lambda: defaultdict(list))
+    speed: SpeedFn | None = None
+    _obs: dict[str, list[tuple[tuple[str, str], int, float, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """Per workload: ((site, partition), units, runtime_s, prior speed there)."""
+
+    def _speed(self, shape: Shape) -> float:
+        return 1.0 if self.speed is None else max(1e-6, self.speed(shape))
 
     def observe(self, workload: str, shape: Shape, runtime_s: float) -> None:
         if runtime_s > 0:
-            self._obs[workload].append((shape.site, shape_units(shape), runtime_s))
+            hw = (shape.site, shape.partition)
+            self._obs[workload].append((hw, shape_units(shape), runtime_s, self._speed(shape)))
 
     def speedup_per_doubling(self, workload: str) -> float:
-        """Least-squares slope of log(runtime) on log2(units) within each site, pooled."""
-        by_site: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for site, units, t in self._obs.get(workload, []):
-            by_site[site].append((units, t))
+        """Least-squares slope of log(runtime) on log2(units) within each partition, pooled."""
+        by_hw: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        for hw, units, t, _ in self._obs.get(workload, []):
+            by_hw[hw].append((units, t))
         num = den = 0.0
-        for pts in by_site.values():
+        for pts in by_hw.values():
             if len({u for u, _ in pts}) < 2:
                 continue
             xs = [math.log2(u) for u, _ in pts]
@@ -61,17 +74,19 @@ class TaskRuntimeModel:
         return float(min(2.0, max(1.0, 2 ** (-num / den))))
 
     def predict(self, workload: str, shape: Shape, default_s: float) -> float:
-        """Predicted runtime of ``workload`` at ``shape`` (``default_s`` at 1 unit if unknown)."""
+        """Predicted runtime of ``workload`` at ``shape`` (``default_s`` at 1 unit on the
+        reference hardware if it has run nowhere yet)."""
         obs = self._obs.get(workload, [])
         s = self.speedup_per_doubling(workload)
         units = shape_units(shape)
-        here = [(u, t) for site, u, t in obs if site == shape.site]
+        hw = (shape.site, shape.partition)
+        here = [(u, t) for where, u, t, _ in obs if where == hw]
         if here:
             return _scaled(here, units, s)
-        if obs:
-            ref = _scaled([(u, t) for _, u, t in obs], units, s)
-            return ref / self.site_speed.get(shape.site, 1.0)
-        speed = self.site_speed.get(shape.site, 1.0)
+        speed = self._speed(shape)
+        if obs:  # what was seen elsewhere, at the reference speed, then at this hardware's
+            ref = _scaled([(u, t * sp) for _, u, t, sp in obs], units, s)
+            return ref / speed
         return float(default_s / (s ** math.log2(max(1, units))) / speed)
 
 

@@ -13,12 +13,21 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.replay import WORKLOADS, Pending, _next_tick, _score_started  # noqa: E402
+from bench.replay import (  # noqa: E402
+    WORKLOADS,
+    Learning,
+    Pending,
+    _next_tick,
+    _score_started,
+    true_runtime,
+)
 from federation.metrics import Outcome  # noqa: E402
 from federation.placement import snapshot_wait  # noqa: E402
 from federation.policies import Watch, twin_watch  # noqa: E402
+from federation.runtime_model import TaskRuntimeModel  # noqa: E402
 
 W = WORKLOADS[0]
+SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 
 def _pending(copies: list[tuple[str, float, float, float]], submit_s: float = 1000.0) -> Pending:
@@ -45,11 +54,30 @@ def test_started_tasks_are_scored_once_and_the_rest_keep_waiting() -> None:
     early = _pending([("delta", 1000.0, 1500.0, 2100.0)])
     late = _pending([("anvil", 1000.0, 8000.0, 8600.0)])
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
-    still = _score_started([early, late], 2000.0, outcomes)
+    learning = Learning(TaskRuntimeModel())
+    still = _score_started([early, late], 2000.0, outcomes, SPEC_BY_NAME, learning)
     assert still == [late]
     assert [o.completion_s for o in outcomes["twin-watch"]] == [1100.0]
-    assert _score_started(still, 2000.0, outcomes) == [late]
+    assert _score_started(still, 2000.0, outcomes, SPEC_BY_NAME, learning) == [late]
     assert len(outcomes["twin-watch"]) == 1
+
+
+def test_runtimes_are_learned_when_the_copy_that_ran_ends() -> None:
+    model = TaskRuntimeModel()
+    learning = Learning(model)
+    # two copies: the second starts first (at 1200 s) and ends at 2300 s; it is the one learned
+    p = _pending([("delta", 1000.0, 5000.0, 5600.0), ("anvil", 1000.0, 1200.0, 2300.0)])
+    assert p.winner() == 1
+    won = p.placed[1].shape
+    prior = model.predict(W.name, won, default_s=1.0)
+    _score_started([p], 1500.0, defaultdict(list), SPEC_BY_NAME, learning)
+    learning.learn_until(2299.0)  # still running: nothing known yet
+    assert model.predict(W.name, won, default_s=1.0) == prior
+    learning.learn_until(2300.0)
+    expected = true_runtime(W, won, SPEC_BY_NAME[won.site], p.noise)
+    assert model.predict(W.name, won, default_s=1.0) == pytest.approx(expected)
+    learning.learn_until(1e9)  # learned once
+    assert len(model._obs[W.name]) == 1
 
 
 @pytest.mark.parametrize(

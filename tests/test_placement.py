@@ -225,6 +225,7 @@ def test_format_walltime() -> None:
 
 
 # --- policies ------------------------------------------------------------------------------
+from federation.hardware import GPU_MEMORY_BANDWIDTH_GBPS, gpu_speed, speed_prior  # noqa: E402
 from federation.placement import PlacementDecision, snapshot_wait  # noqa: E402
 from federation.policies import (  # noqa: E402
     Policy,
@@ -472,6 +473,52 @@ def test_speedup_per_doubling_is_learned_from_observations() -> None:
     assert m.predict("ddp", _shape("delta", 2), 1.0) == pytest.approx(1000 / 1.9, rel=0.02)
     # an untried site: scaled from the observations elsewhere
     assert m.predict("ddp", _shape("vista", 1), 1.0) == pytest.approx(1000, rel=0.05)
+
+
+def test_observations_are_kept_per_partition_and_scaled_by_the_hardware_prior() -> None:
+    specs = {s.name: s for s in load_sites(["delta", "deltaai", "anvil"])}
+    m = TaskRuntimeModel(speed=speed_prior(specs.values()))
+
+    def gpu(site: str, partition: str, gpus: int = 1) -> Shape:
+        return Shape(
+            site=site, partition=partition, nodes=1, cpus=8, mem_gb=8, gpus=gpus, walltime_s=60
+        )
+
+    # nothing observed: the default at the reference (A100) speed, scaled by bandwidth
+    assert m.predict("inf", gpu("delta", "gpuA100x4"), 1000.0) == pytest.approx(1000.0)
+    assert m.predict("inf", gpu("delta", "gpuA40x4"), 1000.0) == pytest.approx(1000 * 1555 / 696)
+    assert m.predict("inf", gpu("deltaai", "ghx4"), 1000.0) == pytest.approx(1000 * 1555 / 4000)
+    # run once on Delta's A40s: Delta's A100 partition is predicted from it through the
+    # prior, not taken as the same hardware
+    m.observe("inf", gpu("delta", "gpuA40x4"), 1400.0)
+    assert m.predict("inf", gpu("delta", "gpuA40x4"), 1000.0) == pytest.approx(1400.0)
+    assert m.predict("inf", gpu("delta", "gpuA100x4"), 1000.0) == pytest.approx(1400 * 696 / 1555)
+    assert m.predict("inf", gpu("anvil", "ai"), 1000.0) == pytest.approx(1400 * 696 / 3350)
+    # once it has run on the H100s, that observation replaces the prior there
+    m.observe("inf", gpu("anvil", "ai"), 700.0)
+    assert m.predict("inf", gpu("anvil", "ai"), 1000.0) == pytest.approx(700.0)
+    # CPU shapes have no prior: a CPU workload seen on Delta is predicted alike elsewhere
+    cpu = Shape(site="delta", partition="cpu", nodes=1, cpus=16, mem_gb=8, gpus=0, walltime_s=60)
+    m.observe("prep", cpu, 300.0)
+    assert m.predict("prep", cpu.model_copy(update={"site": "anvil", "partition": "gpu"}), 1.0) == (
+        pytest.approx(300.0)
+    )
+    # no prior at all: every untried partition looks like the observed one
+    flat = TaskRuntimeModel()
+    flat.observe("inf", gpu("delta", "gpuA40x4"), 1400.0)
+    assert flat.predict("inf", gpu("deltaai", "ghx4"), 1000.0) == pytest.approx(1400.0)
+
+
+def test_the_datasheet_prior_orders_the_gpus_and_leaves_cpus_alone() -> None:
+    assert gpu_speed("a100") == 1.0 and gpu_speed(None) == 1.0 and gpu_speed("mi300x") == 1.0
+    order = sorted(GPU_MEMORY_BANDWIDTH_GBPS, key=gpu_speed)
+    assert order == ["l4", "a40", "a100", "h100", "gh200"]
+    spec = load_sites(["anvil"])[0]
+    speed = speed_prior([spec])
+    h100 = Shape(site="anvil", partition="ai", nodes=1, cpus=8, mem_gb=8, gpus=1, walltime_s=60)
+    assert speed(h100) == pytest.approx(3350 / 1555)
+    assert speed(h100.model_copy(update={"gpus": 0})) == 1.0
+    assert speed(h100.model_copy(update={"site": "elsewhere"})) == 1.0
 
 
 def test_usage_ratio_conditional_remaining_time() -> None:
