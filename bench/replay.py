@@ -211,6 +211,7 @@ def run_cell(
     late_board: bool = False,
     late_board_weight: float = 1.0,
     runtime_prior: bool = True,
+    runtime_optimism: float = 0.05,
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
@@ -235,7 +236,10 @@ def run_cell(
     last_look = 0.0
     # a datasheet prior of each partition's GPU speed until a workload has run there (not the
     # simulator's true speeds, GPU_SPEED: a different, public estimate; see federation.hardware)
-    runtimes = TaskRuntimeModel(speed=speed_prior(specs.values()) if runtime_prior else None)
+    runtimes = TaskRuntimeModel(
+        speed=speed_prior(specs.values()) if runtime_prior else None,
+        optimism=runtime_optimism,
+    )
     learning = Learning(runtimes)
     twin_pred = TwinPredictor(specs, usage, samples=twin_samples)
     single = (
@@ -602,6 +606,13 @@ def main(argv: list[str] | None = None) -> int:
         help="runtimes on hardware a workload has not run on: scaled by GPU memory "
         "bandwidth from datasheets, or taken as elsewhere (none)",
     )
+    ap.add_argument(
+        "--runtime-optimism",
+        type=float,
+        default=0.05,
+        help="on hardware a workload has not run on, predict this share faster (so that "
+        "among equal partitions the untried one is tried once); 0: none",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
     tdir = args.trace_dir or default_trace_dir()
@@ -642,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.late_board == "on",
                     args.late_board_weight,
                     args.runtime_prior == "datasheet",
+                    args.runtime_optimism,
                 )
                 cells.append(cell)
                 print(
@@ -668,7 +680,7 @@ def render(cells: list[Cell], elapsed_s: float, args: argparse.Namespace) -> str
         f"shapes {args.watch_shapes}, charge {args.watch_charge}, "
         f"late board {args.late_board}"
         + (f" x{args.late_board_weight:g}" if args.late_board == "on" else "")
-        + f", runtime prior {args.runtime_prior})",
+        + f", runtime prior {args.runtime_prior}, optimism {args.runtime_optimism:g})",
         "",
     ]
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)

@@ -42,6 +42,10 @@ class TaskRuntimeModel:
 
     default_speedup_per_doubling: float = 1.8
     speed: SpeedFn | None = None
+    optimism: float = 0.0
+    """On hardware the workload has not run on, predict this share faster than the prior
+    says (optimistic initial values): among otherwise equal partitions the untried one is
+    tried once, and its observation replaces the guess. 0: none."""
     _obs: dict[str, list[tuple[tuple[str, str], int, float, float]]] = field(
         default_factory=lambda: defaultdict(list)
     )
@@ -83,7 +87,7 @@ class TaskRuntimeModel:
         here = [(u, t) for where, u, t, _ in obs if where == hw]
         if here:
             return _scaled(here, units, s)
-        speed = self._speed(shape)
+        speed = self._speed(shape) * (1.0 + self.optimism if obs else 1.0)
         if obs:  # what was seen elsewhere, at the reference speed, then at this hardware's
             ref = _scaled([(u, t * sp) for _, u, t, sp in obs], units, s)
             return ref / speed

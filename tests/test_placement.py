@@ -509,6 +509,19 @@ def test_observations_are_kept_per_partition_and_scaled_by_the_hardware_prior() 
     assert flat.predict("inf", gpu("deltaai", "ghx4"), 1000.0) == pytest.approx(1400.0)
 
 
+def test_optimism_makes_an_untried_partition_win_a_tie_until_it_has_run() -> None:
+    m = TaskRuntimeModel(optimism=0.05)
+    delta = Shape(site="delta", partition="cpu", nodes=1, cpus=16, mem_gb=8, gpus=0, walltime_s=60)
+    vista = delta.model_copy(update={"site": "vista", "partition": "gg"})
+    # nothing observed anywhere: no one is favoured
+    assert m.predict("prep", delta, 100.0) == m.predict("prep", vista, 100.0)
+    m.observe("prep", delta, 300.0)
+    assert m.predict("prep", delta, 1.0) == pytest.approx(300.0)
+    assert m.predict("prep", vista, 1.0) == pytest.approx(300.0 / 1.05)  # worth a try
+    m.observe("prep", vista, 330.0)  # tried: slower there, and now known
+    assert m.predict("prep", vista, 1.0) == pytest.approx(330.0)
+
+
 def test_the_datasheet_prior_orders_the_gpus_and_leaves_cpus_alone() -> None:
     assert gpu_speed("a100") == 1.0 and gpu_speed(None) == 1.0 and gpu_speed("mi300x") == 1.0
     order = sorted(GPU_MEMORY_BANDWIDTH_GBPS, key=gpu_speed)
