@@ -201,7 +201,8 @@ class Coordinator:
         code_hash = check_serializable(task)
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
-        decision = place(envelope, specs, snap, policy=self._placer())
+        policy = self._placer()
+        decision = place(envelope, specs, snap, policy=policy)
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
         verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
@@ -222,10 +223,10 @@ class Coordinator:
             self.hooks.add(hook, {handle.id})
         if verdict.held:
             return self._hold(handle, task, caller, verdict)
-        return self._ship(handle, task)
+        return self._ship(handle, task, policy)
 
-    def _ship(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
-        watching = self._placer()  # the policy the task was placed by
+    def _ship(self, handle: TaskHandle, task: TaskSpec, policy: Policy | None = None) -> TaskHandle:
+        watching = policy or self._placer()  # the policy the task was placed by
         if handle.decision.hedges or watching.watch is not None:
             return self._ship_copies(handle, task, watching if watching.watch else None)
         decision = handle.decision
