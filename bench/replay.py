@@ -27,7 +27,7 @@ import sys
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -179,21 +179,31 @@ class Pending:
 
 @dataclass
 class Learning:
-    """Probe tasks' runtimes, learned when each task ends (as a coordinator sees them in its
-    results and in sacct), not when it is placed: later tasks use only what has finished."""
+    """Each policy's own runtime model, fed its probe tasks' runtimes when each task ends
+    (as a coordinator sees them in its results and in sacct), not when it is placed.
 
-    model: TaskRuntimeModel
-    _due: list[tuple[float, int, str, Shape, float]] = field(default_factory=list)
+    A coordinator runs one policy and learns only from the tasks it ran, so no policy
+    learns from another's placements (which would hand it their exploration for free).
+    """
+
+    make: Callable[[], TaskRuntimeModel]
+    models: dict[str, TaskRuntimeModel] = field(default_factory=dict)
+    _due: list[tuple[float, int, str, str, Shape, float]] = field(default_factory=list)
     _seq: int = 0
 
-    def ran(self, end_s: float, workload: str, shape: Shape, runtime_s: float) -> None:
+    def model(self, policy: str) -> TaskRuntimeModel:
+        if policy not in self.models:
+            self.models[policy] = self.make()
+        return self.models[policy]
+
+    def ran(self, policy: str, end_s: float, workload: str, shape: Shape, runtime_s: float) -> None:
         self._seq += 1
-        heapq.heappush(self._due, (end_s, self._seq, workload, shape, runtime_s))
+        heapq.heappush(self._due, (end_s, self._seq, policy, workload, shape, runtime_s))
 
     def learn_until(self, t: float) -> None:
         while self._due and self._due[0][0] <= t:
-            _, _, workload, shape, runtime_s = heapq.heappop(self._due)
-            self.model.observe(workload, shape, runtime_s)
+            _, _, policy, workload, shape, runtime_s = heapq.heappop(self._due)
+            self.model(policy).observe(workload, shape, runtime_s)
 
 
 def run_cell(
@@ -236,11 +246,8 @@ def run_cell(
     last_look = 0.0
     # a datasheet prior of each partition's GPU speed until a workload has run there (not the
     # simulator's true speeds, GPU_SPEED: a different, public estimate; see federation.hardware)
-    runtimes = TaskRuntimeModel(
-        speed=speed_prior(specs.values()) if runtime_prior else None,
-        optimism=runtime_optimism,
-    )
-    learning = Learning(runtimes)
+    prior = speed_prior(specs.values()) if runtime_prior else None
+    learning = Learning(lambda: TaskRuntimeModel(speed=prior, optimism=runtime_optimism))
     twin_pred = TwinPredictor(specs, usage, samples=twin_samples)
     single = (
         twin_pred
@@ -257,7 +264,7 @@ def run_cell(
         else None
     )
     policies = {
-        w.name: make_policies(twin_pred, runtimes, w, max_copies, single, watch, board)
+        w.name: make_policies(twin_pred, learning.model, w, max_copies, single, watch, board)
         for w in WORKLOADS
     }
     end = (warmup_h + hours) * 3600
@@ -347,7 +354,7 @@ def _score_started(
             win = p.winner()
             shape = p.placed[win].shape
             run = true_runtime(p.w, shape, specs[shape.site], p.noise)
-            learning.ran(p.copies[win][3], p.w.name, shape, run)
+            learning.ran(p.policy.name, p.copies[win][3], p.w.name, shape, run)
         else:
             still.append(p)
     return still
@@ -465,7 +472,8 @@ def _one_task(
         )
         win = min(range(len(copies)), key=lambda i: copy_se[i])  # the copy that ran
         ran = copies[win].shape
-        learning.ran(copy_se[win][1], w.name, ran, true_runtime(w, ran, specs[ran.site], noise))
+        run = true_runtime(w, ran, specs[ran.site], noise)
+        learning.ran(pol.name, copy_se[win][1], w.name, ran, run)
     outcomes["oracle"].append(
         Outcome(
             completion_s=o_end - t,
@@ -478,14 +486,15 @@ def _one_task(
 
 def make_policies(
     twin_pred: TwinPredictor,
-    runtimes: TaskRuntimeModel,
+    runtimes: Callable[[str], TaskRuntimeModel],
     w: Workload,
     max_copies: int = 2,
     single: TwinPredictor | None = None,
     watch: Watch | None = None,
     late_board: LateBoard | None = None,
 ) -> list[Policy]:
-    """The compared policies for one workload (runtime predictions from the shared model).
+    """The compared policies for one workload; ``runtimes(name)`` is the runtime model
+    the policy of that name learns (its own).
 
     ``twin_pred`` feeds ``twin-hedge``; ``single`` (default: the same) feeds ``twin``. A
     single copy is best placed on the conservative quantile twin: the sampled twins' median
@@ -493,15 +502,16 @@ def make_policies(
     the one copy pays for it in the tail; the hedge covers that risk with its second copy.
     """
 
-    def rt(shape: Shape) -> float:
-        return runtimes.predict(w.name, shape, default_s=w.base_s)
+    def rt_of(policy: str) -> Callable[[Shape], float]:
+        model = runtimes(policy)
+        return lambda shape: model.predict(w.name, shape, default_s=w.base_s)
 
     # best-feasible as the paper ran it, on Slurm's own start estimates: the same backfill
     # replay of the visible queue with every job running to its limit (an empty usage model)
     slurm_estimate = TwinPredictor(
         twin_pred.specs, UsageRatioModel(), start_delay_s=twin_pred.start_delay_s
     )
-    bf = best_feasible(rt)
+    bf = best_feasible(rt_of("best-feasible"))
     bf.wait_fn = slurm_estimate
     bf.prepare = slurm_estimate.prepare  # batched what-ifs: the same numbers, sooner
     return [
@@ -509,11 +519,11 @@ def make_policies(
         shortest_queue(),
         earliest_start(),
         bf,
-        twin(single or twin_pred, rt),
-        twin_hedge(twin_pred, rt, max_copies=max_copies),
+        twin(single or twin_pred, rt_of("twin")),
+        twin_hedge(twin_pred, rt_of("twin-hedge"), max_copies=max_copies),
         twin_watch(
             LateAdjusted(twin_pred, late_board) if late_board else twin_pred,
-            rt,
+            rt_of("twin-watch"),
             max_copies=max_copies,
             watch=watch,
         ),

@@ -54,7 +54,7 @@ def test_started_tasks_are_scored_once_and_the_rest_keep_waiting() -> None:
     early = _pending([("delta", 1000.0, 1500.0, 2100.0)])
     late = _pending([("anvil", 1000.0, 8000.0, 8600.0)])
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
-    learning = Learning(TaskRuntimeModel())
+    learning = Learning(TaskRuntimeModel)
     still = _score_started([early, late], 2000.0, outcomes, SPEC_BY_NAME, learning)
     assert still == [late]
     assert [o.completion_s for o in outcomes["twin-watch"]] == [1100.0]
@@ -63,8 +63,8 @@ def test_started_tasks_are_scored_once_and_the_rest_keep_waiting() -> None:
 
 
 def test_runtimes_are_learned_when_the_copy_that_ran_ends() -> None:
-    model = TaskRuntimeModel()
-    learning = Learning(model)
+    learning = Learning(TaskRuntimeModel)
+    model = learning.model("twin-watch")  # the policy's own model
     # two copies: the second starts first (at 1200 s) and ends at 2300 s; it is the one learned
     p = _pending([("delta", 1000.0, 5000.0, 5600.0), ("anvil", 1000.0, 1200.0, 2300.0)])
     assert p.winner() == 1
@@ -76,8 +76,9 @@ def test_runtimes_are_learned_when_the_copy_that_ran_ends() -> None:
     learning.learn_until(2300.0)
     expected = true_runtime(W, won, SPEC_BY_NAME[won.site], p.noise)
     assert model.predict(W.name, won, default_s=1.0) == pytest.approx(expected)
-    learning.learn_until(1e9)  # learned once
+    learning.learn_until(1e9)  # learned once, and by that policy only
     assert len(model._obs[W.name]) == 1
+    assert list(learning.models) == ["twin-watch"]
 
 
 @pytest.mark.parametrize(
