@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,7 @@ def http_mcp(
 
 def test_streamable_http_agent_loop(home: Path, http_mcp: tuple[str, str, str]) -> None:
     url, token, _ = http_mcp
+    started = datetime.now(UTC)  # the home's audit log outlives test runs
     assert httpx.post(url, json={}, timeout=5).status_code == 401  # no token, no tools
     headers = {"Authorization": f"Bearer {token}"}
 
@@ -240,9 +242,8 @@ def test_streamable_http_agent_loop(home: Path, http_mcp: tuple[str, str, str]) 
     assert result["stdout"].strip() == "agent on local" and result["returncode"] == 0
     _assert_tools_called("http")
     # the task ran as the token's caller: the audit log says who ran what where
-    shipped = [
-        r for r in AuditLog(home / "audit.db").records(caller="mcp-test") if r.decision == "allowed"
-    ]
+    audit = AuditLog(home / "audit.db").records(caller="mcp-test", since=started)
+    shipped = [r for r in audit if r.decision == "allowed"]
     assert [(r.site, r.what) for r in shipped] == [("local", "echo agent on $SLURM_CLUSTER_NAME")]
 
 
@@ -251,6 +252,7 @@ def test_streamable_http_applies_the_token_callers_policy(
 ) -> None:
     """A caller allowed Delta only is refused the local site, and nothing is submitted."""
     url, _, narrow = http_mcp
+    started = datetime.now(UTC)
 
     async def main() -> tuple[bool, str, int, int]:
         async with (
@@ -272,7 +274,7 @@ def test_streamable_http_applies_the_token_callers_policy(
     is_error, text, before, after = anyio.run(main)
     assert is_error and "policy" in text and "local" in text, text
     assert after == before
-    denied = AuditLog(home / "audit.db").records(caller="mcp-delta-only")
+    denied = AuditLog(home / "audit.db").records(caller="mcp-delta-only", since=started)
     assert [r.decision for r in denied] == ["denied"], denied
 
 
