@@ -10,8 +10,9 @@ has run on the shape's (site, partition), and then its own observations.
 GPUs: the device's memory bandwidth from the vendor's datasheet (deep-learning training and
 inference are mostly memory bound), relative to an A100 40 GB. It is a prior, not a
 measurement: it orders the devices the usual way (A40 < A100 < H100 < GH200) but need not
-get the ratios right for any one workload. CPUs and unknown GPU types: no prior (1.0):
-per-core speed differs more between workloads than between these sites' processors.
+get the ratios right for any one workload. CPUs and unknown GPU types: no prior (1.0): no
+single datasheet figure ranks these sites' processors for every CPU workload, so their
+speeds are left to be learned.
 """
 
 from __future__ import annotations

@@ -393,8 +393,12 @@ class LocalComputeService:
         """Ask the endpoints about a task this (restarted) service has not seen."""
         for eid, ep in list(self._endpoints.items()):
             try:
-                found = ep.conn.request({"op": "status", "task_ids": [tid]}, timeout_s=5)["tasks"]
-            except SiteUnavailableError:
+                # the request's own bound (30 s), not a short one: under load an endpoint may
+                # answer late, and a task that finished while no service was up is known
+                # only to its endpoint, so a missed answer would leave it queued forever
+                found = ep.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
+            except SiteUnavailableError as e:
+                logger.warning("re-learning task %s: endpoint %s not asked: %s", tid, eid, e)
                 continue
             if tid in found:
                 info = found[tid]
