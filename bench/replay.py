@@ -43,6 +43,7 @@ from federation.lateness import LateAdjusted, LateBoard, QueuedCopy  # noqa: E40
 from federation.metrics import (  # noqa: E402
     Outcome,
     PolicySummary,
+    first_to_start,
     fmt_s,
     hedged,
     hedged_over_time,
@@ -162,7 +163,7 @@ class Pending:
 
     def winner(self) -> int:
         """The copy that started first (the one that ran), as :func:`hedged_over_time` picks."""
-        return min(range(len(self.copies)), key=lambda i: (self.copies[i][2], self.copies[i][3]))
+        return first_to_start([c[1:] for c in self.copies])
 
     def outcome(self) -> Outcome:
         comp, wait, held = hedged_over_time([c[1:] for c in self.copies], self.submit_s)
@@ -470,7 +471,7 @@ def _one_task(
                 hedge_held_s=held,
             )
         )
-        win = min(range(len(copies)), key=lambda i: copy_se[i])  # the copy that ran
+        win = first_to_start([(t, *se) for se in copy_se])  # the copy that ran
         ran = copies[win].shape
         run = true_runtime(w, ran, specs[ran.site], noise)
         learning.ran(pol.name, copy_se[win][1], w.name, ran, run)

@@ -110,6 +110,12 @@ def hedged(
     return hedged_over_time([(submit_s, s, e) for s, e in starts_ends], submit_s)
 
 
+def first_to_start(copies: Sequence[tuple[float, float, float]]) -> int:
+    """The index of the copy that runs: the first to start (``(submitted, start, end)``
+    each), the sooner to end among those that start together."""
+    return min(range(len(copies)), key=lambda i: (copies[i][1], copies[i][2]))
+
+
 def hedged_over_time(
     copies: Sequence[tuple[float, float, float]], submit_s: float
 ) -> tuple[float, float, float]:
@@ -122,7 +128,7 @@ def hedged_over_time(
         raise ValueError("hedged() needs at least one copy")
     if any(c[0] < submit_s or c[1] < c[0] for c in copies):
         raise ValueError(f"a copy was submitted before the task or started before it: {copies}")
-    win = min(range(len(copies)), key=lambda i: (copies[i][1], copies[i][2]))
+    win = first_to_start(copies)
     _, start, end = copies[win]
     held = sum(max(0.0, min(s, start) - sub) for i, (sub, s, _) in enumerate(copies) if i != win)
     return end - submit_s, start - submit_s, held
