@@ -1240,11 +1240,9 @@ class Coordinator:
         h = self._handle(handle)
         if h.state == "held":  # never shipped: cancelling it rejects it
             held = self.held.get(h.id)
-            if held is None or held.state != "held":
-                return False
             try:
-                self.reject(h.id, reason, actor=held.caller)
-            except FederationError:  # approved or rejected meanwhile
+                self.reject(h.id, reason, actor=held.caller if held else LOCAL_CALLER)
+            except FederationError:  # not held (any more): approved or rejected meanwhile
                 return False
             return True
         if h.copies and not h.attempts:  # hedged (a retry after the race ships one copy)
