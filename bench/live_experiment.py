@@ -336,10 +336,10 @@ def sacct_rows(local: LocalSites, site: str) -> list[dict[str, str]]:
             "-S",
             "now-2hours",
             "-o",
-            "JobID,JobName,Timelimit,Elapsed,State,Submit,Start",
+            "JobID,JobName,Timelimit,Elapsed,State,Submit,Start,Partition",
         ],
     )
-    keys = ("id", "name", "limit", "elapsed", "state", "submit", "start")
+    keys = ("id", "name", "limit", "elapsed", "state", "submit", "start", "partition")
     return [dict(zip(keys, ln.split("|"), strict=False)) for ln in r.stdout.splitlines() if ln]
 
 
@@ -354,7 +354,7 @@ def learn_usage(
                 continue
             limit, used = parse_duration(row["limit"]), parse_duration(row["elapsed"])
             if limit and used is not None:
-                usage.observe(s, float(limit), float(used))
+                usage.observe(s, float(limit), float(used), row.get("partition") or None)
                 seen.add(key)
 
 
@@ -468,6 +468,9 @@ def run_live(
             snap = coord.inspect_federation()
             if not any(s.health.reachable for s in snap.sites):
                 snap = coord.inspect_federation()  # one retry: probes time out under load
+            for site_snap in snap.sites:  # running jobs: censored usage observations
+                if site_snap.health.reachable:
+                    usage.look(site_snap)
             for w in WORKLOADS:
                 if placed >= jobs:
                     break

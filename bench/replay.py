@@ -13,10 +13,10 @@ preparation, single-GPU inference, DDP training) is placed by every policy throu
 real placement code. The oracle plays every feasible (site, partition, shape) forward from
 the same queue state (``SimSite.what_if``), so every policy is scored against the same
 outcomes. Predictors see what a real coordinator sees: snapshots up to a probe interval
-old, requested walltimes of background jobs, how long *finished* jobs ran (sacct), the
-runtimes of earlier probe tasks once they have ended (of the copy that ran), and a
-datasheet prior of GPU speed (``--runtime-prior``); not true runtimes, runtime noise, or
-start delays.
+old, requested walltimes of background jobs, how long *finished* jobs ran (sacct) and how
+long the running ones have run so far (squeue), the runtimes of earlier probe tasks once
+they have ended (of the copy that ran), and a datasheet prior of GPU speed
+(``--runtime-prior``); not true runtimes, runtime noise, or start delays.
 """
 
 from __future__ import annotations
@@ -290,6 +290,7 @@ def run_cell(
         for sim in sims.values():
             sim.advance(probe_t)
             snaps.append(_aged(sim.snapshot(), t - probe_t))
+            usage.look(snaps[-1])  # the jobs it shows running: censored usage observations
         for name, sim in sims.items():
             sim.advance(t)
             _learn_usage(usage, last_look, sim, name)
@@ -410,7 +411,7 @@ def _learn_usage(usage: UsageRatioModel, since_s: float, sim: SimSite, site: str
     for st in sim.finished_since(since_s):
         if st.start_s is None or st.end_s is None or st.limit_end_s is None:
             continue
-        usage.observe(site, st.limit_end_s - st.start_s, st.end_s - st.start_s)
+        usage.observe(site, st.limit_end_s - st.start_s, st.end_s - st.start_s, st.partition)
 
 
 def _key(c: Candidate) -> tuple[str, str, int, int]:

@@ -3,8 +3,9 @@
 Slurm's own start estimates (and the snapshot rule in :mod:`federation.placement`) assume
 every job runs to its time limit. The twin replays the visible queue in the same
 EASY-backfill simulator the benchmark uses (:mod:`federation.sim.queue`), but with run
-times drawn from the learned usage model (:class:`UsageRatioModel`): running jobs end after
-their conditional remaining time, pending jobs run for a quantile of their limit. It sees
+times drawn from the learned usage model (:class:`UsageRatioModel`, per partition once it
+has seen enough of its jobs): running jobs end after their conditional remaining time,
+pending jobs run for a quantile of their limit. It sees
 only what a real coordinator sees: node allocations, running and pending jobs with their
 requested limits and start times, and the history of how long finished jobs really ran.
 
@@ -170,14 +171,14 @@ class TwinPredictor:
             left_limit = max(1.0, (j.end_time - now).total_seconds())
         else:
             left_limit = max(1.0, limit - elapsed)
-        left = max(1.0, self.usage.remaining_s(site, limit, elapsed, q))
+        left = max(1.0, self.usage.remaining_s(site, limit, elapsed, q, j.partition))
         if left >= left_limit - 1.0:  # runs to its limit (up to the rounding of the record):
             left = left_limit  # end exactly then, together with jobs sharing that end
         return self._job(j, left_limit, left, 10**9)
 
     def _as_pending(self, j: JobRecord, site: str, q: float, prio: int) -> SimJob:
         limit = self._limit(j, site)
-        run = self.usage.duration_s(site, limit, q)
+        run = self.usage.duration_s(site, limit, q, j.partition)
         return self._job(j, limit, min(run, limit), prio)
 
     def _probe_job(self, shape: Shape, runtime_s: float) -> SimJob:

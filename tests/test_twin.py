@@ -259,3 +259,71 @@ def test_prepared_twin_decides_exactly_as_one_shape_at_a_time(samples: int) -> N
                 assert how in d_fast.chosen.why
                 queued += sum(c.predicted_wait_s > 0 for c in d_fast.candidates)
     assert queued > 0  # the window is busy enough that the twins have waits to agree on
+
+
+# --- the usage model: censored running jobs, partitions -------------------------------------
+
+
+def _five_finished_early() -> UsageRatioModel:
+    """Five finished jobs that used 10%..50% of a 1000 s limit."""
+    usage = UsageRatioModel()
+    for r in (0.1, 0.2, 0.3, 0.4, 0.5):
+        usage.observe("sim", 1000.0, 1000.0 * r, "p")
+    return usage
+
+
+def test_running_jobs_enter_the_usage_model_as_censored_observations() -> None:
+    """Five jobs finished early; five more have been running for 60% of their limit. From
+    finished jobs alone the median job uses 30%; with the running ones as right-censored
+    (Kaplan-Meier), half the mass lies beyond 50%, past every finished job, so the median
+    runs to its limit, and the lower quartile moves from 20% to 30%."""
+    usage = _five_finished_early()
+    assert usage.duration_s("sim", 1000.0, 0.5) == pytest.approx(300.0)
+    assert usage.duration_s("sim", 1000.0, 0.25) == pytest.approx(200.0)
+    assert usage.remaining_s("sim", 1000.0, 450.0, 0.5) == pytest.approx(50.0)
+    site = SimSite(make_spec(nodes=5, cpus=4))
+    site.submit_many([job(4, 1000) for _ in range(5)])
+    site.advance(600.0)
+    snap = site.snapshot()
+    usage.look(snap)
+    assert usage.duration_s("sim", 1000.0, 0.5) == pytest.approx(1000.0)
+    assert usage.duration_s("sim", 1000.0, 0.25) == pytest.approx(300.0)
+    # partition p has too few finished jobs of its own: the site's estimate answers
+    assert usage.samples("sim", "p") == 5 < usage.min_partition_samples
+    assert usage.duration_s("sim", 1000.0, 0.5, "p") == pytest.approx(1000.0)
+    # a job running for 45% of its limit: among finished jobs only the 50% one outlived
+    # that (50 s left); with the censored ones, most of the jobs that did run to the limit
+    assert usage.remaining_s("sim", 1000.0, 450.0, 0.5) == pytest.approx(550.0)
+    # the next look sees none running: back to the finished jobs alone
+    site.advance(1001.0)
+    usage.look(site.snapshot())
+    assert usage.duration_s("sim", 1000.0, 0.5) == pytest.approx(300.0)
+
+
+def test_kaplan_meier_quantiles_by_hand() -> None:
+    from federation.runtime_model import kaplan_meier_quantiles
+
+    # 4 events, 4 censored at 0.25: S(0.1) = 7/8, S(0.2) = 7/8 * 6/7 = 3/4, then the
+    # censored leave the risk set: S(0.3) = 3/4 * 1/2 = 3/8, S(0.4) = 0
+    q = kaplan_meier_quantiles([0.1, 0.2, 0.3, 0.4], [0.25] * 4, 8)
+    assert q == [0.1, 0.2, 0.3, 0.3, 0.3, 0.4, 0.4, 0.4]
+    assert kaplan_meier_quantiles([], [0.5], 4) == []
+    # no censoring: the empirical quantiles
+    assert kaplan_meier_quantiles([0.2, 0.4], [], 4) == [0.2, 0.2, 0.4, 0.4]
+
+
+def test_usage_model_keeps_partitions_apart_once_they_have_enough_jobs() -> None:
+    usage = UsageRatioModel(min_partition_samples=30)
+    for _ in range(30):
+        usage.observe("s", 1000.0, 900.0, "gpu")
+        usage.observe("s", 1000.0, 100.0, "cpu")
+    for _ in range(5):
+        usage.observe("s", 1000.0, 500.0, "small")
+    assert usage.samples("s") == 65 and usage.samples("s", "gpu") == 30
+    assert usage.duration_s("s", 1000.0, 0.5, "gpu") == pytest.approx(900.0)
+    assert usage.duration_s("s", 1000.0, 0.5, "cpu") == pytest.approx(100.0)
+    # too few of its own: the site's distribution (35 of 65 used >= 50%: median 500)
+    assert usage.duration_s("s", 1000.0, 0.5, "small") == pytest.approx(
+        usage.duration_s("s", 1000.0, 0.5)
+    )
+    assert usage.duration_s("s", 1000.0, 0.5) == pytest.approx(500.0)
