@@ -207,6 +207,36 @@ class Learning:
             self.model(policy).observe(workload, shape, runtime_s)
 
 
+def build_sites(
+    trace: Sequence[TraceJob],
+    regime: str,
+    seed: int,
+    warmup_h: float,
+    hours: float,
+    rng: np.random.Generator,
+) -> tuple[dict[str, SiteSpec], dict[str, SimSite]]:
+    """The four simulated sites of one cell, loaded with its background jobs (each site's
+    start delay drawn from ``rng``)."""
+    specs = {s.name: s for s in load_sites(list(SITES))}
+    sims: dict[str, SimSite] = {}
+    for name, spec in specs.items():
+        load = background_load(
+            spec,
+            trace,
+            target_utilization=REGIMES[regime][name],
+            duration_s=(warmup_h + hours + 24) * 3600,
+            seed=seed * 7919 + zlib.crc32(name.encode()) % 1000,
+            nodes=node_counts(spec),
+            busy_window_s=(
+                (warmup_h * 3600, (warmup_h + hours) * 3600) if regime in WINDOW_REGIMES else None
+            ),
+        )
+        sim = load.site_for(spec, start_delay_s=float(rng.uniform(5, 40)))
+        sim.submit_many(load.jobs)
+        sims[name] = sim
+    return specs, sims
+
+
 def run_cell(
     trace_name: str,
     trace: Sequence[TraceJob],
@@ -226,23 +256,7 @@ def run_cell(
 ) -> Cell:
     t_start = time.monotonic()
     rng = np.random.default_rng(seed)
-    specs = {s.name: s for s in load_sites(list(SITES))}
-    sims: dict[str, SimSite] = {}
-    for name, spec in specs.items():
-        load = background_load(
-            spec,
-            trace,
-            target_utilization=REGIMES[regime][name],
-            duration_s=(warmup_h + hours + 24) * 3600,
-            seed=seed * 7919 + zlib.crc32(name.encode()) % 1000,
-            nodes=node_counts(spec),
-            busy_window_s=(
-                (warmup_h * 3600, (warmup_h + hours) * 3600) if regime in WINDOW_REGIMES else None
-            ),
-        )
-        sim = load.site_for(spec, start_delay_s=float(rng.uniform(5, 40)))
-        sim.submit_many(load.jobs)
-        sims[name] = sim
+    specs, sims = build_sites(trace, regime, seed, warmup_h, hours, rng)
     usage = UsageRatioModel()
     last_look = 0.0
     # a datasheet prior of each partition's GPU speed until a workload has run there (not the

@@ -96,3 +96,18 @@ def test_next_tick(
 ) -> None:
     pending = [_pending([("delta", 0.0, 1e9, 1e9 + 600)])] if watching else []
     assert _next_tick(t, next_round, end, 600.0, pending) == expected
+
+
+def test_usage_accuracy_summary_by_hand() -> None:
+    import numpy as np
+
+    from bench.usage_accuracy import summary
+
+    # (true wait, predicted wait): exact, 20 min early, 2 h late, exact at zero
+    s = summary(np.array([[600.0, 600.0], [1800.0, 600.0], [0.0, 7200.0], [0.0, 0.0]]))
+    assert s["within 10 min %"] == 50.0
+    assert s["within 1 h %"] == 75.0
+    assert s["too early %"] == 25.0
+    logs = sorted([0.0, np.log(1860 / 660), np.log(60 / 7260), 0.0])
+    assert s["median log(true/pred)"] == pytest.approx((logs[1] + logs[2]) / 2)
+    assert s["mean |log|"] == pytest.approx(np.mean(np.abs(logs)))
