@@ -8,6 +8,7 @@ a clean clone where no kernel has been registered.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,17 @@ def test_quickstart_runs_top_to_bottom(
     assert "4 done, 0 not done" in text
     assert "count_primes -> 17984" in text  # primes below 200,000
     assert "ZeroDivisionError" in text
+    # the recorded events, printed after the wait: every kind, the failure on `divide`
+    recorded = re.findall(r"^(\S+)\s+events: (.*)$", text, flags=re.M)
+    assert len(recorded) == 4, recorded  # one line per future
+    assert [k.split() for label, k in recorded if label.startswith("divide")] and all(
+        "task.failed" in k.split() for label, k in recorded if label.startswith("divide")
+    ), recorded
+    kinds = " ".join(k for _, k in recorded).split()
     for kind in ("task.queued", "task.started", "task.completed", "task.failed"):
-        assert kind in text, kind
+        assert kind in kinds, kind
+    # the callbacks printed live too: each submission's task.queued comes during cell 10
+    assert len(re.findall(r"^\d\d:\d\d:\d\d  task\.queued ", text, flags=re.M)) >= 4
     html_tables = [c for c in code if any("text/html" in o.get("data", {}) for o in c.outputs)]
     assert len(html_tables) >= 4  # snapshot, draft, tasks, history DataFrames
     images = [c for c in code if any("image/png" in o.get("data", {}) for o in c.outputs)]
