@@ -265,6 +265,7 @@ class Deployment:
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
         coordinator_kwargs.setdefault("policy", self.config.placement)
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
+        coord.own(store, tel)  # closed with the coordinator
         if self.service is not None:
             self.service.on_started(coord.notify_started)
         if store is not None:

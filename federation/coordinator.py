@@ -93,6 +93,7 @@ class Coordinator:
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
         self.telemetry = telemetry
+        self._owned: list[Store | Telemetry] = []
         self.events = bus or EventBus(store)
         self.result_storage = result_storage
         """Site -> directory for results too large to return inline (None: never spill)."""
@@ -1386,6 +1387,11 @@ class Coordinator:
     def history(self, task_id: str | None = None) -> list[Event]:
         return self.events.history(task_id)
 
+    def own(self, *resources: Store | Telemetry | None) -> None:
+        """Close ``resources`` (a store, telemetry) with this coordinator, after its sites
+        (whose last callbacks may still write to them): for what ``connect()`` opened."""
+        self._owned.extend(r for r in resources if r is not None)
+
     def close(self) -> None:
         self.milestones.close()
         if self._rejudge_pool is not None:
@@ -1395,6 +1401,9 @@ class Coordinator:
             b.close()
         if self._transfers is not None:
             self._transfers.close()
+        owned, self._owned = self._owned, []
+        for r in owned:
+            r.close()
 
 
 ACK_TIMEOUT_S = 30.0

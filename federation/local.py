@@ -119,6 +119,7 @@ class LocalSites:
         home = self.home  # results too large to return inline go to the site's storage
         coordinator_kwargs.setdefault("result_storage", lambda site: site_storage(site, home))
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
+        coord.own(store, tel)  # closed with the coordinator
         assert self.service is not None
         self.service.on_started(coord.notify_started)
         if store is not None:

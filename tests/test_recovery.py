@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -82,6 +83,10 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
         coord.close()
         if local.service is not None:
             local.service.close()
+    # the store connect() opened was closed with the coordinator (no handle left open)
+    assert coord.store is not None
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        coord.store.tasks()
 
 
 def test_sigkill_during_a_group_then_restart_reattaches_the_group(
