@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from federation.drafting import EnvelopeDraft, TaskHints, draft_envelope
-from federation.envelope import ResourceEnvelope
+from federation.envelope import ResourceEnvelope, Shape
 from federation.errors import (
     FederationError,
     NoFeasibleSiteError,
@@ -216,6 +216,7 @@ class Coordinator:
             is_shell=isinstance(task, ShellTask),
             bus=self.events,
             task=task,
+            caller=caller,
         )
         handle.wants = Milestones.of(milestones)
         if on_event is not None:
@@ -224,10 +225,23 @@ class Coordinator:
             self.hooks.add(hook, {handle.id})
         if verdict.held:
             return self._hold(handle, task, caller, verdict)
-        return self._ship(handle, task, policy)
+        return self._ship(handle, task, policy, snap)
 
-    def _ship(self, handle: TaskHandle, task: TaskSpec, policy: Policy | None = None) -> TaskHandle:
+    def _ship(
+        self,
+        handle: TaskHandle,
+        task: TaskSpec,
+        policy: Policy | None = None,
+        snapshot: FederationSnapshot | None = None,
+    ) -> TaskHandle:
         watching = policy or self._placer()  # the policy the task was placed by
+        if handle.decision.hedges:  # each hedge copy is put to the caller's policy too
+            kept = tuple(
+                c
+                for c in handle.decision.hedges
+                if self._admit(handle, c.shape, "hedge copy", snapshot)
+            )
+            handle.decision = handle.decision.model_copy(update={"hedges": kept})
         if handle.decision.hedges or watching.watch is not None:
             return self._ship_copies(handle, task, watching if watching.watch else None)
         decision = handle.decision
@@ -336,6 +350,53 @@ class Coordinator:
         fut.add_done_callback(functools.partial(self._on_copy_done, handle, c))
         return None
 
+    def _admit(
+        self,
+        handle: TaskHandle,
+        shape: Shape,
+        what: str,
+        snapshot: FederationSnapshot | None = None,
+    ) -> bool:
+        """Whether the caller's policy lets ``handle`` run one more time on ``shape`` (a
+        hedge copy, a watch copy, a retry), audited like a submission: allowed ones count
+        towards the caller's daily node-hours. One the policy would deny or hold is not
+        shipped (a further copy is not worth an operator's approval) and that shape is not
+        proposed again for this task."""
+        if handle.task is None:
+            return False
+        snap = snapshot or self._last_snapshot
+        outcome = self.gate.evaluate(handle.caller, handle.task, shape, snap)
+        label = f"{handle.label} ({what})"
+        if outcome.verdict == "allowed":
+            self.gate.record(
+                "allowed",
+                handle.caller,
+                handle.task,
+                shape,
+                outcome,
+                task_id=handle.id,
+                label=label,
+            )
+            return True
+        message = f"{what} on {shape.site}/{shape.partition} not shipped: {outcome.summary()}"
+        self.gate.record(
+            "denied",
+            handle.caller,
+            handle.task,
+            shape,
+            outcome,
+            task_id=handle.id,
+            label=label,
+            message=message,
+        )
+        with self._lock:
+            handle.refused.add(shape)
+            handle.notes.append(message)
+        self.events.emit(
+            "policy.copy_refused", handle.id, shape.site, caller=handle.caller, reason=message
+        )
+        return False
+
     # --- watching: a task still queued past its prediction is judged again ---------------
     def _placer(self) -> Policy:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
@@ -414,12 +475,15 @@ class Coordinator:
             logger.info("judging %s again failed: %s", h.id, e)
             self._arm_rejudge(h, pol, w.every_s)
             return
-        # a site where a copy failed gets no other (a broken site, not a queue to beat)
-        open_ = tuple(c for c in fresh.candidates if c.site not in failed)
+        # a site where a copy failed gets no other (a broken site, not a queue to beat), nor
+        # a shape the caller's policy refused
+        open_ = tuple(
+            c for c in fresh.candidates if c.site not in failed and c.shape not in h.refused
+        )
         fresh = fresh.model_copy(update={"candidates": open_})
         ages = [(now - t).total_seconds() for t in since]  # each copy's own wait so far
         cand = pol.extra_copy(h.decision, fresh, holding, queued_s, tried, ages)
-        if cand is not None:
+        if cand is not None and self._admit(h, cand.shape, "watch copy", snap):
             self._add_copy(h, cand, queued_s, fresh)
         self._arm_rejudge(h, pol, w.every_s)
 
@@ -783,6 +847,7 @@ class Coordinator:
             bus=self.events,
             task=task,
             submitted_at=held.held_at,
+            caller=held.caller,
         )
         if held.state == "held":
             h.state = "held"
@@ -1130,6 +1195,8 @@ class Coordinator:
             decision = self.plan(env.model_copy(update={"sites": others}))
         except NoFeasibleSiteError:
             handle.notes.append(f"{failure.cls} on {handle.site}; no other feasible site")
+            return False
+        if not self._admit(handle, decision.chosen.shape, "retry"):
             return False
         with self._lock:
             handle.attempts.append(

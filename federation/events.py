@@ -38,6 +38,7 @@ EventKind = Literal[
     "policy.unresolved",
     "policy.approved",
     "policy.rejected",
+    "policy.copy_refused",
 ]
 
 

@@ -169,6 +169,10 @@ class TaskHandle:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     """Earlier placements of this task that failed for infrastructure reasons."""
     notes: list[str] = field(default_factory=list)
+    caller: str = "local"
+    """Whose task it is: every further copy or retry is put to that caller's policy too."""
+    refused: set[Shape] = field(default_factory=set)
+    """Shapes the caller's policy refused a further copy or retry on (not proposed again)."""
     copies: list[TaskCopy] = field(default_factory=list)
     """Hedged copies (empty for a task placed once). Until one starts, ``future`` is None
     and ``decision.chosen`` is the first choice; the first copy to start becomes the

@@ -522,6 +522,39 @@ def test_an_overdue_task_gets_a_copy_where_it_now_finishes_sooner(
         coord.close()
 
 
+def test_a_watch_copy_the_callers_policy_refuses_is_not_shipped(
+    sites: dict[str, GatedSite],
+) -> None:
+    """The same overdue task, for a caller whose daily node-hours fit one copy: the copy local
+    would get is put to the caller's policy, refused (audited, ``policy.copy_refused``),
+    not shipped, and not proposed again on the next judgements."""
+    from federation.security import CallerPolicy, PolicyGate, PolicySet
+
+    waits = _Waits(delta=0.0, local=900.0)
+    coord = _watched(sites, waits)
+    hours = ENV.walltime_s / 3600
+    coord.gate = PolicyGate(
+        PolicySet(callers={"ivy": CallerPolicy(max_node_hours_per_day=1.5 * hours)})
+    )
+    try:
+        h = coord.submit_task(PythonTask(square, (5,)), ENV, caller="ivy")
+        waits.waits = {"delta": 5000.0, "local": 0.0}  # a better place opens up
+        found = coord.events.await_event(
+            task_ids={h.id}, kinds={"policy.copy_refused"}, timeout_s=10
+        )
+        assert found and "watch copy on local/debug not shipped" in found[0].detail["reason"]
+        time.sleep(1.0)  # judged ~5 times more: no second refusal, no copy
+        kinds = _kinds(coord, h)
+        assert kinds.count("policy.copy_refused") == 1 and "task.copy_added" not in kinds
+        assert len(sites["local"].jobs) == 0 and [c.site for c in h.copies] == ["delta"]
+        decisions = [r.decision for r in coord.gate.audit.records(task_id=h.id)]
+        assert decisions == ["allowed", "denied"]
+        sites["delta"].go.set()
+        assert coord.get_result(h, timeout_s=10).value == {"site": "delta", "value": 25}
+    finally:
+        coord.close()
+
+
 def test_a_task_on_time_or_without_a_better_site_gets_no_copy(
     sites: dict[str, GatedSite],
 ) -> None:

@@ -458,3 +458,60 @@ def test_operators_decide_held_tasks_over_http(
         assert again.status_code == 409 and again.json()["error"] == "not_held"
         assert client.post("/v1/policy/nope/approve", headers=as_op).status_code == 404
         assert _shipped(coord) == 1
+
+
+# --- further copies and retries are put to the caller's policy too ---------------------------
+
+
+def _node_fails() -> int:
+    raise RuntimeError("batch job ended: NODE_FAIL")  # an infrastructure failure: retried
+
+
+def test_hedge_copies_are_put_to_the_callers_policy(closing: list[FixedCoordinator]) -> None:
+    """A hedge copy is one more hour on another site: within erin's daily 1.5 node-hours the
+    chosen copy fits (1.0), the hedge would not (2.0), so it is refused, audited and not
+    shipped; frank (no limit) gets both copies, and both count in the audit."""
+    from federation.placement import snapshot_wait
+    from federation.policies import twin_hedge
+
+    coord = _coord({"erin": CallerPolicy(max_node_hours_per_day=1.5), "frank": CallerPolicy()})
+    closing.append(coord)
+    coord.policy = twin_hedge(snapshot_wait, None)  # idle sites: always a copy elsewhere
+    h = coord.submit_task(PythonTask(square, (3,)), ONE_HOUR, caller="erin")
+    assert coord.result_value(h, timeout_s=30) == 9
+    assert not h.decision.hedges and not h.copies  # shipped once, as an unhedged task
+    (ev,) = [e for e in coord.history(h.id) if e.kind == "policy.copy_refused"]
+    assert "hedge copy" in ev.detail["reason"] and "daily limit of 1.5" in ev.detail["reason"]
+    recs = coord.gate.audit.records(task_id=h.id)
+    assert [r.decision for r in recs] == ["allowed", "denied"]
+    assert recs[1].label.endswith("(hedge copy)") and recs[1].site != recs[0].site
+    assert coord.gate.audit.node_hours_last_day("erin") == pytest.approx(1.0)
+    assert any("not shipped" in n for n in h.notes)
+    g = coord.submit_task(PythonTask(square, (4,)), ONE_HOUR, caller="frank")
+    assert coord.result_value(g, timeout_s=30) == 16
+    assert len(g.copies) == 2
+    assert [r.decision for r in coord.gate.audit.records(task_id=g.id)] == ["allowed"] * 2
+    assert coord.gate.audit.node_hours_last_day("frank") == pytest.approx(2.0)
+    assert _shipped(coord) == 3
+
+
+def test_a_retry_is_put_to_the_callers_policy(closing: list[FixedCoordinator]) -> None:
+    """After a node failure the task would run again elsewhere: gina's daily limit has room
+    for one hour only, so the retry is refused and the task fails with its own error;
+    hal's is retried (``task.retried``) and audited as a second allowed hour."""
+    coord = _coord({"gina": CallerPolicy(max_node_hours_per_day=1.5), "hal": CallerPolicy()})
+    closing.append(coord)
+    h = coord.submit_task(PythonTask(_node_fails), ONE_HOUR, caller="gina")
+    assert h.wait(30)
+    assert h.state == "failed" and "NODE_FAIL" in (h.error or "")
+    kinds = [e.kind for e in coord.history(h.id)]
+    assert "policy.copy_refused" in kinds and "task.retried" not in kinds
+    recs = coord.gate.audit.records(task_id=h.id)
+    assert [r.decision for r in recs] == ["allowed", "denied"]
+    assert recs[1].label.endswith("(retry)")
+    assert _shipped(coord) == 1
+    g = coord.submit_task(PythonTask(_node_fails), ONE_HOUR, caller="hal")
+    assert g.wait(30)
+    assert "task.retried" in [e.kind for e in coord.history(g.id)]
+    assert [r.decision for r in coord.gate.audit.records(task_id=g.id)] == ["allowed"] * 2
+    assert _shipped(coord) == 3
