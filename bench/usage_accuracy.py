@@ -6,8 +6,9 @@
 The background load of ``bench/replay.py`` (same sites, traces, regimes and seeds) runs in
 virtual time; every 600 s the usage model learns what ``sacct`` adds, and every 30 minutes
 of the measured day each site is probed. For a 1-, 2- and 4-GPU request (a CPU request on
-CPU partitions) at every partition, the 16-sample twin's median wait is compared with the
-true start (``SimSite.what_if``: later arrivals and true run times included). Usage models:
+CPU partitions) at every partition, the twin's median wait (16 sampled twins, or with
+``--samples 0`` the quantile twin of ``twin``) is compared with the true start
+(``SimSite.what_if``: later arrivals and true run times included). Usage models:
 
 * ``site``: finished jobs only, pooled per site (the model before partitions and censoring);
 * ``partition``: finished jobs only, per (site, partition) once a partition has 30;
@@ -48,7 +49,7 @@ MODELS = {  # name: (per partition, censored)
 }
 
 
-def measure(trace_name: str, regime: str, seed: int) -> dict[str, np.ndarray]:
+def measure(trace_name: str, regime: str, seed: int, samples: int = 16) -> dict[str, np.ndarray]:
     """(true wait, predicted wait) pairs per usage model for one cell."""
     trace = load_swf(default_trace_dir() / replay.TRACES[trace_name])
     specs, sims = replay.build_sites(trace, regime, seed, 24.0, 24.0, np.random.default_rng(seed))
@@ -56,7 +57,7 @@ def measure(trace_name: str, regime: str, seed: int) -> dict[str, np.ndarray]:
         m: UsageRatioModel(min_partition_samples=30 if part else 10**9)
         for m, (part, _) in MODELS.items()
     }
-    preds = {m: TwinPredictor(specs, u, samples=16) for m, u in usages.items()}
+    preds = {m: TwinPredictor(specs, u, samples=samples) for m, u in usages.items()}
     pairs: dict[str, list[tuple[float, float]]] = {m: [] for m in MODELS}
     last = 0.0
     start, end = 24 * 3600.0, 48 * 3600.0
@@ -127,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         "--cells", default="CEA-Curie:busy-window,KTH-SP2:busy", help="comma list of trace:regime"
     )
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument(
+        "--samples",
+        type=int,
+        default=16,
+        help="sampled twins (16: twin-hedge's and twin-watch's; 0: the quantile twin of twin)",
+    )
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     print(
@@ -142,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"regimes {sorted(replay.REGIMES)}"
             )
         got: dict[str, list[np.ndarray]] = {m: [] for m in MODELS}
-        for seed in range(args.seeds):
-            for m, a in measure(trace_name, regime, seed).items():
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            for m, a in measure(trace_name, regime, seed, args.samples).items():
                 got[m].append(a)
         for m in MODELS:
             s = summary(np.concatenate(got[m]))
@@ -152,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{s['median log(true/pred)']:+.2f} | {s['mean |log|']:.2f} | "
                 f"{s['too early %']:.0f} |"
             )
-    print(f"\n({time.monotonic() - t0:.0f} s, seeds 0..{args.seeds - 1})")
+    last = args.first_seed + args.seeds - 1
+    print(
+        f"\n({time.monotonic() - t0:.0f} s, seeds {args.first_seed}..{last}, "
+        f"{args.samples} samples)"
+    )
     return 0
 
 
