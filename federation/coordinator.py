@@ -26,7 +26,7 @@ from federation.errors import (
     TaskFailedError,
     UnknownSiteError,
 )
-from federation.events import Event, EventBus, EventCallback
+from federation.events import DEFAULT_OWNER, Event, EventBus, EventCallback
 from federation.failures import Failure, classify
 from federation.handles import TaskCopy, TaskHandle, TaskResult
 from federation.hooks import Hook, HookRunner
@@ -206,6 +206,7 @@ class Coordinator:
         decision = place(envelope, specs, snap, policy=policy)
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
+        self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
         verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
         handle = TaskHandle(
             id=task_id,
@@ -849,6 +850,7 @@ class Coordinator:
             submitted_at=held.held_at,
             caller=held.caller,
         )
+        self.events.set_owner(h.id, h.caller)
         if held.state == "held":
             h.state = "held"
         elif held.state == "rejected":
@@ -1015,6 +1017,7 @@ class Coordinator:
         verify_checksum: bool = True,
         deadline_s: float | None = None,
         on_event: EventCallback | None = None,
+        caller: str = LOCAL_CALLER,
     ) -> TransferHandle:
         """Copy a file or folder from one site's storage to another's; returns at once.
 
@@ -1023,7 +1026,7 @@ class Coordinator:
         ``transfer.completed`` or ``transfer.failed`` (with the reason) follow as events.
         Unknown sites, paths outside a storage root and a missing source raise a
         :class:`~federation.errors.TransferError` (or :class:`UnknownSiteError`) before
-        anything is copied.
+        anything is copied. ``caller`` owns the transfer (its events go to their log).
         """
         from federation.transfer import DataRef, TransferRequest
 
@@ -1035,7 +1038,7 @@ class Coordinator:
             verify_checksum=verify_checksum,
             deadline_s=deadline_s,
         )
-        return self.transfers.submit(request, on_event=on_event)
+        return self.transfers.submit(request, on_event=on_event, owner=caller)
 
     def get_transfer(self, transfer_id: str) -> TransferHandle:
         """The handle of a transfer ``move_data`` started (also one from before a restart)."""
@@ -1086,10 +1089,23 @@ class Coordinator:
         self._mark_started(handle, job)
 
     def _mark_started(
-        self, handle: TaskHandle, slurm_job_id: str | None, at: datetime | None = None
+        self,
+        handle: TaskHandle,
+        slurm_job_id: str | None,
+        at: datetime | None = None,
+        seen: str = "reported",
     ) -> None:
+        """Record and announce (once) that ``handle`` is running. ``seen``: ``reported``
+        by the site, or ``at_end`` when its end came before any start report."""
         with self._lock:
+            # the start was announced at the task's end; the site's report brings the job id
+            late_job = bool(slurm_job_id) and handle.started_at is not None
+            late_job = late_job and handle.slurm_job_id is None
+            if late_job:
+                handle.slurm_job_id = slurm_job_id
             if handle.started_at is not None or handle.done:
+                if late_job and self.store is not None:
+                    self.store.update_task(handle.id, slurm_job_id=slurm_job_id)
                 return
             handle.started_at = at or datetime.now(UTC)
             handle.slurm_job_id = slurm_job_id
@@ -1101,13 +1117,17 @@ class Coordinator:
                 slurm_job_id=slurm_job_id,
             )
         wait = (handle.started_at - handle.submitted_at).total_seconds()
-        self.events.emit(
-            "task.started",
-            handle.id,
-            handle.site,
-            slurm_job_id=slurm_job_id,
-            queue_wait_s=round(wait, 3),
-        )
+        detail: dict[str, Any] = {"slurm_job_id": slurm_job_id, "queue_wait_s": round(wait, 3)}
+        if seen != "reported":
+            detail["seen"] = seen  # the start report had not arrived when the task ended
+        self.events.emit("task.started", handle.id, handle.site, **detail)
+
+    def _ran(self, handle: TaskHandle) -> None:
+        """A task whose result (or its own error) came back has run: its start is announced
+        before its end, however late (or never) the site's start report arrives."""
+        self._started_before_done(handle)
+        if handle.started_at is None:
+            self._mark_started(handle, handle.slurm_job_id, seen="at_end")
 
     def _handle_for_compute_id(self, tid: str) -> TaskHandle | None:
         with self._lock:
@@ -1132,6 +1152,8 @@ class Coordinator:
         if exc is not None:
             message = handle.cancel_reason or _first_line(exc)
             failure = classify(message, str(exc))
+            if failure.cls == "user_error" and handle.cancel_reason is None and _remote(exc):
+                self._ran(handle)  # its own code raised: it ran
             if failure.retryable and handle.task is not None:
                 self._retry_off_thread(handle, failure, message, str(exc))
                 return
@@ -1141,6 +1163,7 @@ class Coordinator:
         ref = as_ref(value, handle.site)
         if ref is not None:  # too large to return inline: written to the site's storage
             handle.value_ref, value = ref, None
+        self._ran(handle)
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
             self._fail(
                 handle,
@@ -1509,6 +1532,7 @@ def _task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
         "state": "queued",
         "submitted_at": h.submitted_at.isoformat(),
         "milestones": h.wants.model_dump_json() if h.wants else None,
+        "owner": h.caller,
     }
 
 
@@ -1568,7 +1592,9 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
         slurm_job_id=row["slurm_job_id"],
         error=row["error"],
         remote_traceback=row["remote_traceback"] or "",
+        caller=row.get("owner") or DEFAULT_OWNER,
     )
+    bus.set_owner(h.id, h.caller)
     if row.get("milestones"):
         h.wants = Milestones.model_validate_json(row["milestones"])
     if row.get("value_ref"):
@@ -1584,6 +1610,11 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
             value = SimpleNamespace(**value)
         h.value = value
     return h
+
+
+def _remote(exc: BaseException) -> bool:
+    """Whether ``exc`` carries a traceback from the worker (the task's own code raised)."""
+    return "Traceback (most recent call last)" in str(exc)
 
 
 _EXC_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit|Lost)\w*:")

@@ -15,6 +15,10 @@ from federation._model import Frozen
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_OWNER = "local"
+"""Who owns work whose creator is not named: the in-process user (the Python API, the CLI
+without ``--service``), and every record written before records carried an owner."""
+
 EventKind = Literal[
     "task.queued",
     "task.started",
@@ -51,6 +55,16 @@ class Event(Frozen):
     site: str | None = None
     at: datetime
     detail: dict[str, Any] = Field(default_factory=dict)
+    owner: str = Field(
+        default=DEFAULT_OWNER, description="the caller whose task, group or transfer this is"
+    )
+    owner_seq: int = Field(
+        default=0, ge=0, description="position in the owner's own event log (gap-free)"
+    )
+
+    def as_seen_by_owner(self) -> Event:
+        """This event in its owner's view: ``seq`` is the owner's own cursor."""
+        return self.model_copy(update={"seq": self.owner_seq})
 
 
 EventCallback = Callable[[Event], None]
@@ -96,8 +110,28 @@ class EventBus:
         self._by_task: dict[str, list[_Subscriber]] = {}
         """Subscribers to one task's (or group's) events: emit costs O(its subscribers)."""
         self._task_log: dict[str, list[Event]] = {}
+        self._owner_log: dict[str, list[Event]] = {}
+        """Each owner's events in order; an event's ``owner_seq`` is its position + 1."""
+        self._owners: dict[str, str] = {}
+        """Who owns each task, group and transfer id (set when it is created)."""
         for ev in self._log:
             self._task_log.setdefault(ev.task_id, []).append(ev)
+            self._owner_log.setdefault(ev.owner, []).append(ev)
+            self._owners.setdefault(ev.task_id, ev.owner)
+
+    def set_owner(self, record_id: str, owner: str) -> None:
+        """Record that ``record_id`` (a task, group or transfer) belongs to ``owner``: its
+        events go to that owner's log. Call it before the record's first event; an owner
+        once set is kept (a record never changes hands)."""
+        with self._lock:
+            known = self._owners.setdefault(record_id, owner)
+        if known != owner:
+            raise ValueError(f"{record_id!r} already belongs to {known!r}, not {owner!r}")
+
+    def owner_of(self, record_id: str) -> str | None:
+        """Who owns ``record_id`` (None: no record of that id has an owner here)."""
+        with self._lock:
+            return self._owners.get(record_id)
 
     def subscribe(
         self, callback: EventCallback, task_id: str | None = None, *, replay: bool = False
@@ -130,6 +164,8 @@ class EventBus:
 
     def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
         with self._lock:
+            owner = self._owners.setdefault(task_id, DEFAULT_OWNER)
+            owned = self._owner_log.setdefault(owner, [])
             ev = Event(
                 seq=next(self._seq),
                 kind=kind,
@@ -137,11 +173,14 @@ class EventBus:
                 site=site,
                 at=datetime.now(UTC),
                 detail=detail,
+                owner=owner,
+                owner_seq=owned[-1].owner_seq + 1 if owned else 1,
             )
             if self._persist is not None:  # written before anyone is told
                 self._persist.append_event(ev)
             self._log.append(ev)
             self._task_log.setdefault(task_id, []).append(ev)
+            owned.append(ev)
             subs = [*self._by_task.get(task_id, ()), *self._all]
             self._changed.notify_all()
         for sub in subs:
@@ -160,18 +199,27 @@ class EventBus:
         task_ids: set[str] | None = None,
         kinds: set[str] | None = None,
         timeout_s: float | None = None,
+        owner: str | None = None,
     ) -> list[Event]:
         """Block until events after ``after_seq`` match; return them (empty on timeout).
 
         Resumable: pass the last ``seq`` you saw as ``after_seq`` and no event between two
         calls is missed. The waiter sleeps on a condition variable: no polling.
+
+        ``owner``: only that owner's events, and ``after_seq`` is a position in the owner's
+        own log (their ``owner_seq``): the cursor of a caller who sees only their own work.
+        The events are returned as stored (``seq`` global, ``owner_seq`` the cursor).
         """
 
+        def pos(e: Event) -> int:
+            return e.seq if owner is None else e.owner_seq
+
         def matching() -> list[Event]:
+            log = self._log if owner is None else self._owner_log.get(owner, [])
             return [
                 e
-                for e in self._log[after_seq:]
-                if e.seq > after_seq
+                for e in log[after_seq:]
+                if pos(e) > after_seq
                 and (task_ids is None or e.task_id in task_ids)
                 and (kinds is None or e.kind in kinds)
             ]
@@ -187,3 +235,9 @@ class EventBus:
     def last_seq(self) -> int:
         with self._lock:
             return self._log[-1].seq if self._log else 0
+
+    def last_seq_of(self, owner: str) -> int:
+        """The cursor of ``owner``'s own log: how many events it has."""
+        with self._lock:
+            owned = self._owner_log.get(owner)
+            return owned[-1].owner_seq if owned else 0

@@ -149,6 +149,7 @@ class GroupManager:
             caller=caller,
         )
         g._submitting = True
+        self.coord.events.set_owner(g.id, caller)  # the group's events go to its caller
         g.hooks = tuple(hooks)
         for hk in g.hooks:
             self.coord.hooks.add(hk, {g.id})
@@ -382,6 +383,7 @@ class GroupManager:
                 "replacements": json.dumps(replacements),
                 "state": state,
                 "created_at": g.created_at.isoformat(),
+                "owner": g.caller,
             }
         )
 
@@ -403,6 +405,7 @@ class GroupManager:
             if row["id"] in self.groups:
                 continue
             g = self._from_row(row, handles)
+            self.coord.events.set_owner(g.id, g.caller)
             with self._lock:
                 self.groups[g.id] = g
             if g.id in announced:
@@ -483,6 +486,7 @@ class GroupManager:
             children=children,
             replacements=list(json.loads(row["replacements"])),
             created_at=datetime.fromisoformat(row["created_at"]),
+            caller=row.get("owner") or LOCAL_CALLER,
         )
 
     def get(self, group_id: str) -> GroupHandle:

@@ -262,9 +262,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
     )
     async def get_group(
         group_id: Annotated[str, Field(description="the group_id submit_group returned")],
+        ctx: Context | None = None,
     ) -> GroupView:
         ops = await get_ops()
-        view: GroupView = await _run(ops.group, group_id)
+        view: GroupView = await _run(ops.group, group_id, caller_of(ctx))
         return view
 
     @mcp.tool(
@@ -318,9 +319,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
     )
     async def get_transfer(
         transfer_id: Annotated[str, Field(description="the transfer_id move_data returned")],
+        ctx: Context | None = None,
     ) -> TransferView:
         ops = await get_ops()
-        view: TransferView = await _run(ops.transfer, transfer_id)
+        view: TransferView = await _run(ops.transfer, transfer_id, caller_of(ctx))
         return view
 
     @mcp.tool(
@@ -334,9 +336,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
     )
     async def get_result(
         task_id: Annotated[str, Field(description="the task_id submit_task returned")],
+        ctx: Context | None = None,
     ) -> TaskStatus:
         ops = await get_ops()
-        status: TaskStatus = await _run(ops.status, task_id)
+        status: TaskStatus = await _run(ops.status, task_id, caller_of(ctx))
         return status
 
     @mcp.tool(
@@ -345,9 +348,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             "group.*, transfer.*) after the cursor `after`; task_ids may hold task, group "
             "and transfer ids. Returns as soon as at least one matching event "
             f"exists, or after timeout_s (default {DEFAULT_AWAIT_S:.0f}, at most "
-            f"{MAX_AWAIT_S:.0f} s) with timed_out=true and no events. Always pass the "
-            "returned `cursor` as `after` on the next call: no event is missed or repeated. "
-            "Start from the cursor submit_task returned."
+            f"{MAX_AWAIT_S:.0f} s) with timed_out=true and no events. Only your own events: "
+            "the cursor counts them (1, 2, 3, ...). Always pass the returned `cursor` as "
+            "`after` on the next call: no event is missed or repeated. Start from the cursor "
+            "submit_task returned."
         )
     )
     async def await_event(
@@ -362,10 +366,11 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         timeout_s: Annotated[
             float, Field(ge=0, le=MAX_AWAIT_S, description="longest wait, seconds")
         ] = DEFAULT_AWAIT_S,
+        ctx: Context | None = None,
     ) -> EventsPage:
         ops = await get_ops()
         try:
-            return await ops.events(after, task_ids, kinds, timeout_s)
+            return await ops.events(after, task_ids, kinds, timeout_s, caller=caller_of(ctx))
         except OpsError as e:
             raise _tool_error(e) from e
 
@@ -377,9 +382,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
     )
     async def cancel(
         task_id: Annotated[str, Field(description="the task_id submit_task returned")],
+        ctx: Context | None = None,
     ) -> CancelResponse:
         ops = await get_ops()
-        resp: CancelResponse = await _run(ops.cancel, task_id)
+        resp: CancelResponse = await _run(ops.cancel, task_id, caller_of(ctx))
         return resp
 
     return mcp

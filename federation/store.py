@@ -92,13 +92,22 @@ CREATE TABLE IF NOT EXISTS groups (
 );
 """
 
-_TASK_COLUMNS_ADDED = {
-    "milestones": "TEXT",  # JSON: federation.milestones.Milestones
-    "value_ref": "TEXT",  # JSON: federation.results.ResultRef (a result spilled to storage)
-    "accounting": "TEXT",  # JSON: federation.provenance.Accounting
-    "attempts": "TEXT",  # JSON list: earlier attempts (site, failure, Slurm job id)
+_OWNER = "TEXT NOT NULL DEFAULT 'local'"  # the caller who created the record
+_COLUMNS_ADDED = {
+    "tasks": {
+        "milestones": "TEXT",  # JSON: federation.milestones.Milestones
+        "value_ref": "TEXT",  # JSON: federation.results.ResultRef (a result spilled to storage)
+        "accounting": "TEXT",  # JSON: federation.provenance.Accounting
+        "attempts": "TEXT",  # JSON list: earlier attempts (site, failure, Slurm job id)
+        "owner": _OWNER,
+    },
+    "task_copies": {"owner": _OWNER},
+    "events": {"owner": _OWNER, "owner_seq": "INTEGER"},
+    "transfers": {"owner": _OWNER},
+    "groups": {"owner": _OWNER},
 }
-"""Columns added to ``tasks`` after its first release; older files get them on open."""
+"""Columns added after a table's first release; older files get them on open (records
+written before owners existed belong to ``local``, the in-process user)."""
 
 TERMINAL = ("completed", "failed")
 
@@ -128,10 +137,17 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        have = {r[1] for r in self._db.execute("PRAGMA table_info(tasks)")}
-        for col, sql_type in _TASK_COLUMNS_ADDED.items():
-            if col not in have:
-                self._db.execute(f"ALTER TABLE tasks ADD COLUMN {col} {sql_type}")
+        for table, added in _COLUMNS_ADDED.items():
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            for col, sql_type in added.items():
+                if col not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}")
+        self._db.execute("CREATE INDEX IF NOT EXISTS events_owner ON events(owner, seq)")
+        # events from before owners: each owner's cursor counts its events in order
+        self._db.execute(
+            "UPDATE events SET owner_seq = (SELECT COUNT(*) FROM events AS e "
+            "WHERE e.owner = events.owner AND e.seq <= events.seq) WHERE owner_seq IS NULL"
+        )
         self._lock = threading.RLock()
 
     @contextmanager
@@ -167,7 +183,8 @@ class Store:
     def append_event(self, ev: Event) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events (seq, kind, task_id, site, at, detail, owner, owner_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     ev.seq,
                     ev.kind,
@@ -175,13 +192,16 @@ class Store:
                     ev.site,
                     ev.at.isoformat(),
                     json.dumps(ev.detail, default=str),
+                    ev.owner,
+                    ev.owner_seq,
                 ),
             )
 
     def events(self) -> list[Event]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, kind, task_id, site, at, detail FROM events ORDER BY seq"
+                "SELECT seq, kind, task_id, site, at, detail, owner, owner_seq FROM events "
+                "ORDER BY seq"
             ).fetchall()
         return [
             Event(
@@ -191,6 +211,8 @@ class Store:
                 site=r[3],
                 at=datetime.fromisoformat(r[4]),
                 detail=json.loads(r[5]),
+                owner=r[6],
+                owner_seq=r[7],
             )
             for r in rows
         ]
@@ -293,7 +315,9 @@ class Store:
 
 
 def _insert_copy(db: sqlite3.Connection, task_id: str, copy: dict[str, Any]) -> None:
-    c = {"task_id": task_id, **copy}
+    """A copy belongs to whoever owns its task."""
+    (owner,) = db.execute("SELECT owner FROM tasks WHERE id=?", (task_id,)).fetchone()
+    c = {"task_id": task_id, **copy, "owner": owner}
     cols = ", ".join(c)
     marks = ", ".join("?" for _ in c)
     db.execute(f"INSERT INTO task_copies ({cols}) VALUES ({marks})", tuple(c.values()))

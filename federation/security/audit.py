@@ -1,9 +1,10 @@
 """The audit log: an append-only SQLite table of who ran what where, and what policy said.
 
 One row per policy decision: a task allowed and shipped, denied, held (``unresolved``), and
-later ``approved`` or ``rejected`` by an operator. SQLite triggers refuse ``UPDATE`` and
-``DELETE`` on the table, so a row once written stays as written. No credential is ever
-recorded: callers appear by name, never by token.
+later ``approved`` or ``rejected`` by an operator; and one row each time an operator reads,
+waits on or cancels another caller's work (``operator_access``). SQLite triggers refuse
+``UPDATE`` and ``DELETE`` on the table, so a row once written stays as written. No
+credential is ever recorded: callers appear by name, never by token.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from pydantic import Field
 
 from federation._model import Frozen
 
-AuditDecision = Literal["allowed", "denied", "unresolved", "approved", "rejected"]
+AuditDecision = Literal[
+    "allowed", "denied", "unresolved", "approved", "rejected", "operator_access"
+]
+RecordKind = Literal["shell", "python", "group", "transfer", "events", "tasks"]
+"""What a row is about: a task (shell or Python), or, for ``operator_access``, a group, a
+transfer, another caller's events or their task list."""
 SHIPPED: tuple[AuditDecision, ...] = ("allowed", "approved")
 MAX_WHAT_CHARS = 500
 
@@ -83,7 +89,7 @@ class AuditRecord(Frozen):
     caller: str
     task_id: str | None = None
     label: str = ""
-    task_kind: Literal["shell", "python"]
+    task_kind: RecordKind
     what: str = Field(max_length=MAX_WHAT_CHARS + 20)
     """The command (truncated) or the function's name."""
     site: str | None = None
@@ -177,6 +183,25 @@ class AuditLog:
             data["rules"] = tuple(x for x in data["rules"].split(",") if x)
             out.append(AuditRecord.model_validate(data))
         return out
+
+    def access(
+        self, actor: str, owner: str, kind: RecordKind, record_id: str | None, action: str
+    ) -> AuditRecord:
+        """Record that operator ``actor`` did ``action`` (read, wait, cancel, events) on
+        ``owner``'s record ``record_id``."""
+        what = f"{action} {kind} {record_id}" if record_id else f"{action} {kind}"
+        return self.append(
+            AuditRecord(
+                at=datetime.now(UTC),
+                caller=owner,
+                task_id=record_id,
+                task_kind=kind,
+                what=what[:MAX_WHAT_CHARS],
+                decision="operator_access",
+                message=f"operator {actor}: {action} of {owner}'s {kind}",
+                actor=actor,
+            )
+        )
 
     def node_hours_since(self, caller: str, since: datetime) -> float:
         """Node-hours of ``caller``'s tasks shipped (allowed or approved) since ``since``."""

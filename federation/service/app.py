@@ -203,6 +203,7 @@ async def _sse(
     after: int,
     task_ids: Sequence[str] | None,
     kinds: Sequence[str] | None,
+    caller: str,
 ) -> AsyncIterator[str]:
     """The SSE body: events as they are emitted, a comment line when there are none.
 
@@ -213,7 +214,12 @@ async def _sse(
     while True:
         try:
             page = await ops.events(
-                cursor, task_ids, kinds, STREAM_HEARTBEAT_S, abandoned=request.is_disconnected
+                cursor,
+                task_ids,
+                kinds,
+                STREAM_HEARTBEAT_S,
+                abandoned=request.is_disconnected,
+                caller=caller,
             )
         except OpsError as e:
             yield f"event: error\ndata: {e.body.model_dump_json()}\n\n"
@@ -323,22 +329,20 @@ def create_app(
         return local.submit(req, caller(request))
 
     @app.get("/v1/tasks", dependencies=auth)
-    def tasks() -> list[dict[str, Any]]:
-        """Every task this coordinator knows: id, label, state, site."""
-        return [
-            {"task_id": h.id, "label": h.label, "state": h.state, "site": h.site}
-            for h in local.coord.handles()
-        ]
+    def tasks(request: Request) -> list[dict[str, Any]]:
+        """Your tasks (an operator: everyone's): id, label, state, site, owner."""
+        return local.tasks(caller(request))
 
     @app.get("/v1/tasks/{task_id}", dependencies=auth)
-    def status(task_id: str) -> TaskStatus:
-        """State and placement of a task; its result manifest once it is done."""
-        return local.status(task_id)
+    def status(task_id: str, request: Request) -> TaskStatus:
+        """State and placement of one of your tasks; its result manifest once it is done.
+        Another caller's task answers 404, as an unknown id does."""
+        return local.status(task_id, caller(request))
 
     @app.post("/v1/tasks/{task_id}/cancel", dependencies=auth)
-    def cancel(task_id: str) -> CancelResponse:
-        """Cancel a task that has not started running."""
-        return local.cancel(task_id)
+    def cancel(task_id: str, request: Request) -> CancelResponse:
+        """Cancel one of your tasks that has not started running (404 for others')."""
+        return local.cancel(task_id, caller(request))
 
     @app.post("/v1/groups", dependencies=auth, status_code=202)
     def submit_group(req: GroupRequest, request: Request) -> GroupResponse:
@@ -350,9 +354,10 @@ def create_app(
         return local.submit_group(req, caller(request))
 
     @app.get("/v1/groups/{group_id}", dependencies=auth)
-    def group(group_id: str) -> GroupView:
-        """A group's children (current attempt of each), re-placements, and whether done."""
-        return local.group(group_id)
+    def group(group_id: str, request: Request) -> GroupView:
+        """One of your groups: its children (current attempt of each), re-placements, and
+        whether done."""
+        return local.group(group_id, caller(request))
 
     @app.post("/v1/transfers", dependencies=auth, status_code=202)
     def move_data(req: TransferRequest, request: Request) -> TransferResponse:
@@ -361,9 +366,9 @@ def create_app(
         return local.move_data(req, caller(request))
 
     @app.get("/v1/transfers/{transfer_id}", dependencies=auth)
-    def transfer(transfer_id: str) -> TransferView:
-        """A transfer's state and what it reports (bytes, files, errors)."""
-        return local.transfer(transfer_id)
+    def transfer(transfer_id: str, request: Request) -> TransferView:
+        """One of your transfers: its state and what it reports (bytes, files, errors)."""
+        return local.transfer(transfer_id, caller(request))
 
     @app.get(
         "/v1/events/stream",
@@ -381,17 +386,18 @@ def create_app(
             list[str] | None, Query(description="only these kinds (repeat or comma-separate)")
         ] = None,
     ) -> StreamingResponse:
-        """Server-sent events: every matching event after ``after`` as it happens.
+        """Server-sent events: every matching event of yours after ``after`` as it happens.
 
-        Each message has ``id:`` (the event's seq), ``event:`` (its kind) and ``data:`` (the
-        event as JSON). A client that reconnects with ``Last-Event-ID`` (or ``after``)
-        resumes where it stopped; nothing is missed."""
+        Each message has ``id:`` (the event's seq: its place in your own event log), ``event:``
+        (its kind) and ``data:`` (the event as JSON). A client that reconnects with
+        ``Last-Event-ID`` (or ``after``) resumes where it stopped; nothing is missed."""
         last_id = request.headers.get("last-event-id", "")
         start = int(last_id) if last_id.isdigit() else after
         kind_list = parse_kinds(kinds)
-        local.check_event_filter(task_id, kind_list)  # 404/422 before the stream starts
+        who = caller(request)
+        local.check_event_filter(task_id, kind_list, who)  # 404/422 before the stream starts
         return StreamingResponse(
-            _sse(local, request, start, task_id, kind_list),
+            _sse(local, request, start, task_id, kind_list, who),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -408,15 +414,17 @@ def create_app(
             float, Query(ge=0, description=f"wait at most this long (capped at {MAX_LONG_POLL_S})")
         ] = DEFAULT_LONG_POLL_S,
     ) -> EventsPage:
-        """Long poll: events after ``after``, waiting up to ``timeout_s`` for the first.
+        """Long poll: your events after ``after``, waiting up to ``timeout_s`` for the first.
 
-        Pass the returned ``cursor`` as ``after`` next time and no event is missed."""
+        Your cursor counts your own events only (an operator's: every event). Pass the
+        returned ``cursor`` as ``after`` next time and no event is missed."""
         return await local.events(
             after,
             task_id,
             parse_kinds(kinds),
             min(timeout_s, MAX_LONG_POLL_S),
             abandoned=request.is_disconnected,
+            caller=caller(request),
         )
 
     return app

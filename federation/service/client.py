@@ -100,23 +100,23 @@ class ServiceClient:
         body["children"] = [_task_body(c) for c in req.children]
         return GroupResponse.model_validate(self._call("POST", "/v1/groups", json=body))
 
-    def group(self, group_id: str) -> GroupView:
+    def group(self, group_id: str, caller: str = "") -> GroupView:
         return GroupView.model_validate(self._call("GET", f"/v1/groups/{group_id}"))
 
     def move_data(self, req: TransferRequest, caller: str = "") -> TransferResponse:
         body = req.model_dump(mode="json", exclude_defaults=True)
         return TransferResponse.model_validate(self._call("POST", "/v1/transfers", json=body))
 
-    def transfer(self, transfer_id: str) -> TransferView:
+    def transfer(self, transfer_id: str, caller: str = "") -> TransferView:
         return TransferView.model_validate(self._call("GET", f"/v1/transfers/{transfer_id}"))
 
-    def tasks(self) -> list[dict[str, Any]]:
+    def tasks(self, caller: str = "") -> list[dict[str, Any]]:
         return _TASKS.validate_python(self._call("GET", "/v1/tasks"))
 
-    def status(self, task_id: str) -> TaskStatus:
+    def status(self, task_id: str, caller: str = "") -> TaskStatus:
         return TaskStatus.model_validate(self._call("GET", f"/v1/tasks/{task_id}"))
 
-    def cancel(self, task_id: str) -> CancelResponse:
+    def cancel(self, task_id: str, caller: str = "") -> CancelResponse:
         return CancelResponse.model_validate(self._call("POST", f"/v1/tasks/{task_id}/cancel"))
 
     async def events(
@@ -126,8 +126,12 @@ class ServiceClient:
         kinds: Sequence[str] | None,
         timeout_s: float,
         abandoned: Callable[[], Awaitable[bool]] | None = None,
+        caller: str = "",
     ) -> EventsPage:
-        """Long-polls in rounds of at most the server's cap until ``timeout_s`` is spent."""
+        """Long-polls in rounds of at most the server's cap until ``timeout_s`` is spent.
+
+        ``caller`` (and every other method's) is ignored: the token names the caller, and
+        the service shows it only its own work."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         async with httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, timeout=SERVER_MAX_POLL_S + 15

@@ -445,6 +445,9 @@ class TransferLike(Protocol):
     @property
     def state(self) -> str: ...
 
+    @property
+    def owner(self) -> str: ...
+
     def as_dict(self) -> dict[str, Any]: ...
 
 

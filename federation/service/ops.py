@@ -5,6 +5,13 @@ wire views; every failure becomes an :class:`OpsError` that carries its HTTP sta
 what was wrong and what to do. Probing every site takes seconds, so a
 :class:`SnapshotCache` keeps a recent snapshot (refreshed in the background) for ``inspect``
 and for placement: every other operation answers in milliseconds.
+
+**Ownership.** Every operation acts for a ``caller`` (the bearer token's caller over HTTP,
+``mcp`` over MCP's stdio, ``local`` in-process). A caller sees, waits on and cancels only the
+tasks, groups, transfers and events they created: anything else answers exactly as an id
+that does not exist (404), and their event cursor counts their own events only (gap-free).
+Operators (``operator: true``; ``local`` in-process) see and cancel everything, and each
+time they touch another caller's record the audit log gets an ``operator_access`` row.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -38,6 +45,7 @@ from federation.errors import (
 )
 from federation.groups import GroupHandle
 from federation.handles import TaskHandle
+from federation.security.audit import RecordKind
 from federation.security.policy import LOCAL_CALLER, PolicyViolationError
 from federation.service.models import (
     EVENT_KINDS,
@@ -105,17 +113,19 @@ class Operations(Protocol):
 
     def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse: ...
 
-    def status(self, task_id: str) -> TaskStatus: ...
+    def tasks(self, caller: str = "") -> list[dict[str, Any]]: ...
 
-    def cancel(self, task_id: str) -> CancelResponse: ...
+    def status(self, task_id: str, caller: str = "") -> TaskStatus: ...
+
+    def cancel(self, task_id: str, caller: str = "") -> CancelResponse: ...
 
     def submit_group(self, req: GroupRequest, caller: str = "") -> GroupResponse: ...
 
-    def group(self, group_id: str) -> GroupView: ...
+    def group(self, group_id: str, caller: str = "") -> GroupView: ...
 
     def move_data(self, req: TransferRequest, caller: str = "") -> TransferResponse: ...
 
-    def transfer(self, transfer_id: str) -> TransferView: ...
+    def transfer(self, transfer_id: str, caller: str = "") -> TransferView: ...
 
     async def events(
         self,
@@ -124,9 +134,42 @@ class Operations(Protocol):
         kinds: Sequence[str] | None,
         timeout_s: float,
         abandoned: Callable[[], Awaitable[bool]] | None = None,
+        caller: str = "",
     ) -> EventsPage: ...
 
     def close(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Who:
+    """The caller an operation acts for, and whether they may see everyone's work."""
+
+    name: str
+    operator: bool
+
+
+def _not_found(kind: Literal["task", "group", "transfer"], record_id: str) -> OpsError:
+    """The answer for a record that does not exist *or* is someone else's (never say which)."""
+    if kind == "group":
+        return OpsError(
+            404,
+            "unknown_group",
+            f"no group with id {record_id!r} on this coordinator",
+            "use the group_id that submit_group returned",
+        )
+    if kind == "transfer":
+        return OpsError(
+            404,
+            "unknown_transfer",
+            f"no transfer with id {record_id!r} on this coordinator",
+            "use the transfer_id that move_data returned",
+        )
+    return OpsError(
+        404,
+        "unknown_task",
+        f"no task with id {record_id!r} on this coordinator",
+        "use the task_id that submit returned",
+    )
 
 
 class _Mover(Protocol):
@@ -143,6 +186,7 @@ class _Mover(Protocol):
         sync_level: str = "checksum",
         verify_checksum: bool = True,
         deadline_s: float | None = None,
+        caller: str = LOCAL_CALLER,
     ) -> TransferLike: ...
 
     def get_transfer(self, transfer_id: str) -> TransferLike: ...
@@ -254,19 +298,55 @@ class LocalOps:
         except Exception as e:
             raise translate(e) from e
 
-    def handle(self, task_id: str) -> TaskHandle:
+    # --- who may see what ----------------------------------------------------------------------
+    def who(self, caller: str = "") -> Who:
+        name = caller or LOCAL_CALLER
+        return Who(name, self.coord.gate.is_operator(name))
+
+    def _visible(
+        self, who: Who, kind: RecordKind, record_id: str, owner: str | None, action: str
+    ) -> bool:
+        """Whether ``who`` may ``action`` the record; an operator's access to another
+        caller's record is audited."""
+        if owner is None:
+            return False
+        if owner == who.name:
+            return True
+        if not who.operator:
+            return False
+        self.coord.gate.audit.access(who.name, owner, kind, record_id, action)
+        return True
+
+    def _cursor(self, who: Who) -> int:
+        """The caller's event cursor now: their own log's, or the whole log's (operators)."""
+        bus = self.coord.events
+        return bus.last_seq if who.operator else bus.last_seq_of(who.name)
+
+    def handle(self, task_id: str, caller: str = "", action: str = "read") -> TaskHandle:
+        who = self.who(caller)
         for h in self.coord.handles():
             if h.id == task_id:
-                return h
-        raise OpsError(
-            404,
-            "unknown_task",
-            f"no task with id {task_id!r} on this coordinator",
-            "use the task_id that submit returned; tasks do not survive a restart",
-        )
+                kind: RecordKind = "shell" if h.is_shell else "python"
+                if self._visible(who, kind, h.id, h.caller, action):
+                    return h
+                break
+        raise _not_found("task", task_id)
 
-    def status(self, task_id: str) -> TaskStatus:
-        return task_status(self.handle(task_id))
+    def tasks(self, caller: str = "") -> list[dict[str, Any]]:
+        """The caller's tasks (an operator: everyone's, with whose each is)."""
+        who = self.who(caller)
+        rows = [
+            {"task_id": h.id, "label": h.label, "state": h.state, "site": h.site, "owner": h.caller}
+            for h in self.coord.handles()
+            if who.operator or h.caller == who.name
+        ]
+        others = sorted({r["owner"] for r in rows if r["owner"] != who.name})
+        for owner in others:
+            self.coord.gate.audit.access(who.name, owner, "tasks", None, "list")
+        return rows
+
+    def status(self, task_id: str, caller: str = "") -> TaskStatus:
+        return task_status(self.handle(task_id, caller))
 
     # --- writes -------------------------------------------------------------------------------
     def task_spec(self, req: TaskRequest) -> TaskSpec:
@@ -282,7 +362,7 @@ class LocalOps:
     def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
         task = self.task_spec(req)
         snap = self.cache.get()
-        cursor = self.coord.events.last_seq
+        cursor = self._cursor(self.who(caller))
         try:
             handle = self.coord.submit_task(
                 task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
@@ -330,8 +410,8 @@ class LocalOps:
             {"reasons": e.reasons},
         )
 
-    def cancel(self, task_id: str) -> CancelResponse:
-        h = self.handle(task_id)
+    def cancel(self, task_id: str, caller: str = "") -> CancelResponse:
+        h = self.handle(task_id, caller, action="cancel")
         try:
             ok = self.coord.cancel(h)
         except Exception as e:
@@ -378,7 +458,7 @@ class LocalOps:
                 "relax those children's envelopes; draft_envelope shows the nearest feasible one",
                 {"reasons": refused},
             )
-        cursor = self.coord.events.last_seq
+        cursor = self._cursor(self.who(caller))
         children = [(n, t, c.envelope) for n, t, c in zip(names, tasks, req.children, strict=True)]
         try:
             g = self.coord.submit_group(
@@ -410,20 +490,20 @@ class LocalOps:
         )
         return GroupResponse.model_validate(group_view(g).model_dump() | {"cursor": cursor})
 
-    def group_handle(self, group_id: str) -> GroupHandle:
+    def group_handle(self, group_id: str, caller: str = "", action: str = "read") -> GroupHandle:
         with self._lock:
             g = self._groups.get(group_id)
-        if g is None:
-            raise OpsError(
-                404,
-                "unknown_group",
-                f"no group with id {group_id!r} on this coordinator",
-                "use the group_id that submit_group returned",
-            )
+        if g is None:  # one of an earlier coordinator's, re-attached by recover()
+            try:
+                g = self.coord.groups.get(group_id)
+            except KeyError:
+                g = None
+        if g is None or not self._visible(self.who(caller), "group", g.id, g.caller, action):
+            raise _not_found("group", group_id)
         return g
 
-    def group(self, group_id: str) -> GroupView:
-        return group_view(self.group_handle(group_id))
+    def group(self, group_id: str, caller: str = "") -> GroupView:
+        return group_view(self.group_handle(group_id, caller))
 
     # --- transfers -----------------------------------------------------------------------------
     def _mover(self) -> _Mover:
@@ -447,7 +527,8 @@ class LocalOps:
                     "use one of the known sites",
                     {"known": sorted(self.coord.backends)},
                 )
-        cursor = self.coord.events.last_seq
+        who = self.who(caller)
+        cursor = self._cursor(who)
         try:
             h = mover.move_data(
                 req.source_site,
@@ -458,6 +539,7 @@ class LocalOps:
                 sync_level=req.sync_level,
                 verify_checksum=req.verify_checksum,
                 deadline_s=req.deadline_s,
+                caller=who.name,
             )
         except Exception as e:
             raise translate(e) from e
@@ -472,49 +554,54 @@ class LocalOps:
         )
         return TransferResponse.model_validate(transfer_view(h).model_dump() | {"cursor": cursor})
 
-    def transfer_handle(self, transfer_id: str) -> TransferLike:
+    def transfer_handle(
+        self, transfer_id: str, caller: str = "", action: str = "read"
+    ) -> TransferLike:
         with self._lock:
             h = self._transfers.get(transfer_id)
-        if h is not None:
-            return h
-        mover = self._mover()
-        try:
-            return mover.get_transfer(transfer_id)
-        except (KeyError, FederationError, ValueError) as e:
-            raise OpsError(
-                404,
-                "unknown_transfer",
-                f"no transfer with id {transfer_id!r} on this coordinator",
-                "use the transfer_id that move_data returned",
-            ) from e
+        if h is None:
+            try:
+                h = self._mover().get_transfer(transfer_id)
+            except (KeyError, FederationError, ValueError) as e:
+                raise _not_found("transfer", transfer_id) from e
+        if not self._visible(self.who(caller), "transfer", h.id, h.owner, action):
+            raise _not_found("transfer", transfer_id)
+        return h
 
-    def transfer(self, transfer_id: str) -> TransferView:
-        return transfer_view(self.transfer_handle(transfer_id))
+    def transfer(self, transfer_id: str, caller: str = "") -> TransferView:
+        return transfer_view(self.transfer_handle(transfer_id, caller))
 
     # --- events -------------------------------------------------------------------------------
-    def _known_ids(self) -> set[str]:
-        with self._lock:
-            extra = set(self._groups) | set(self._transfers)
-        return {h.id for h in self.coord.handles()} | extra
-
     def expand_ids(self, ids: set[str] | None) -> set[str] | None:
         """A group id stands for the group and every attempt of every child (so far)."""
         if not ids:
             return ids
         out = set(ids)
-        with self._lock:
-            groups = [self._groups[i] for i in ids if i in self._groups]
+        groups = []
+        for i in ids:
+            with self._lock:
+                g = self._groups.get(i)
+            if g is None:
+                g = self.coord.groups.groups.get(i)  # re-attached after a restart
+            if g is not None:
+                groups.append(g)
         for g in groups:
             for child in list(g.children):
                 out.update(a.id for a in list(child.attempts))
         return out
 
     def check_event_filter(
-        self, task_ids: Sequence[str] | None, kinds: Sequence[str] | None
+        self, task_ids: Sequence[str] | None, kinds: Sequence[str] | None, caller: str = ""
     ) -> tuple[set[str] | None, set[str] | None]:
+        """The filters, checked: ids the caller cannot see are refused as unknown (404)."""
         ids = set(task_ids) if task_ids else None
         if ids:
-            unknown = sorted(ids - self._known_ids())
+            who = self.who(caller)
+            owners = {i: self.coord.events.owner_of(i) for i in ids}
+            unknown = sorted(i for i, o in owners.items() if o is None)
+            unknown += sorted(
+                i for i, o in owners.items() if o is not None and o != who.name and not who.operator
+            )
             if unknown:
                 raise OpsError(
                     404,
@@ -541,16 +628,22 @@ class LocalOps:
         kinds: Sequence[str] | None,
         timeout_s: float,
         abandoned: Callable[[], Awaitable[bool]] | None = None,
+        caller: str = "",
     ) -> EventsPage:
-        """Events after ``after`` matching the filters; waits up to ``timeout_s`` for one.
+        """The caller's events after ``after`` matching the filters; waits up to
+        ``timeout_s`` for one.
 
-        The wait runs in worker threads (one condition-variable wait per slice), so the
-        event loop stays free. ``abandoned()`` is asked between slices; when it says so
-        (the client went away), the wait ends early.
+        A caller's cursor counts their own events (each event's ``seq`` is its place in
+        their log, 1, 2, 3, ... with no gaps); an operator's counts every event. The wait
+        runs in worker threads (one condition-variable wait per slice), so the event loop
+        stays free. ``abandoned()`` is asked between slices; when it says so (the client
+        went away), the wait ends early.
         """
         if after < 0:
             raise OpsError(422, "bad_cursor", f"after={after} is negative", "start from 0")
-        ids, kind_set = self.check_event_filter(task_ids, kinds)
+        who = self.who(caller)
+        ids, kind_set = self.check_event_filter(task_ids, kinds, who.name)
+        owner = None if who.operator else who.name
         bus = self.coord.events
         deadline = time.monotonic() + max(0.0, timeout_s)
         if self.waiters >= self._max_waiters:
@@ -571,14 +664,20 @@ class LocalOps:
                     task_ids=self.expand_ids(ids),
                     kinds=kind_set,
                     timeout_s=max(0.0, min(WAIT_SLICE_S, remaining)),
+                    owner=owner,
                 )
                 found = await anyio.to_thread.run_sync(wait, limiter=self._limiter)
                 if found:
+                    if owner is not None:
+                        found = [e.as_seen_by_owner() for e in found]
+                    else:
+                        for other in sorted({e.owner for e in found} - {who.name}):
+                            self.coord.gate.audit.access(who.name, other, "events", None, "read")
                     return EventsPage(
                         events=tuple(found),
                         cursor=max(e.seq for e in found),
                         timed_out=False,
-                        last_seq=bus.last_seq,
+                        last_seq=self._cursor(who),
                     )
                 if time.monotonic() >= deadline:
                     break
@@ -587,7 +686,7 @@ class LocalOps:
         finally:
             with self._lock:
                 self.waiters -= 1
-        return EventsPage(events=(), cursor=after, timed_out=True, last_seq=bus.last_seq)
+        return EventsPage(events=(), cursor=after, timed_out=True, last_seq=self._cursor(who))
 
     def close(self) -> None:
         self.cache.close()

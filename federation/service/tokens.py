@@ -81,6 +81,12 @@ def default_token_db(home: Path | None = None) -> Path:
     return (home or federation_home()) / "service" / "tokens.db"
 
 
+RESERVED_CALLERS = frozenset({"local", "mcp"})
+"""Callers that are not token holders: ``local`` (in-process, an operator of its own
+coordinator) and ``mcp`` (the MCP server's stdio user). A token in either name would act
+as them, so none is issued."""
+
+
 def _check_name(name: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", name):
         raise ValueError(
@@ -123,6 +129,11 @@ class TokenStore:
         ``policy``: set (replace) the caller's policy too; it covers all its tokens.
         """
         _check_name(name)
+        if name in RESERVED_CALLERS:
+            raise ValueError(
+                f"token name {name!r} is reserved ({', '.join(sorted(RESERVED_CALLERS))} act "
+                "in-process and over MCP's stdio): name the token for the person or agent"
+            )
         if policy is not None:
             self.set_policy(name, policy)
         tid = secrets.token_hex(6)

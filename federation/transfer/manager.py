@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from federation.errors import TransferError, UnknownSiteError
-from federation.events import Event, EventBus, EventCallback, EventKind
+from federation.events import DEFAULT_OWNER, Event, EventBus, EventCallback, EventKind
 from federation.store import Store
 from federation.transfer.backend import TransferBackend
 from federation.transfer.models import (
@@ -45,6 +45,8 @@ class TransferHandle:
     completed_at: datetime | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     """Notable moments beyond events: recoveries after a restart, and how they resumed."""
+    owner: str = DEFAULT_OWNER
+    """The caller who started it: its events go to that caller's log."""
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -88,6 +90,7 @@ class TransferHandle:
             "submitted_at": self.submitted_at.isoformat(),
             "completed_at": self.completed_at.isoformat() if self.completed_at else None,
             "history": list(self.history),
+            "owner": self.owner,
         }
 
 
@@ -148,7 +151,10 @@ class TransferManager:
 
     # --- submit / get ----------------------------------------------------------------------------
     def submit(
-        self, request: TransferRequest, on_event: EventCallback | None = None
+        self,
+        request: TransferRequest,
+        on_event: EventCallback | None = None,
+        owner: str = DEFAULT_OWNER,
     ) -> TransferHandle:
         """Validate, record, start; returns once the transfer is recorded and started.
 
@@ -159,8 +165,9 @@ class TransferManager:
         backend = self.backend_for(request.source.site, request.destination.site)
         backend.validate(request)
         h = TransferHandle(
-            id=str(uuid.uuid4()), request=request, backend=backend.name, bus=self.bus
+            id=str(uuid.uuid4()), request=request, backend=backend.name, bus=self.bus, owner=owner
         )
+        self.bus.set_owner(h.id, owner)
         if on_event is not None:
             self.bus.subscribe(on_event, task_id=h.id)
         with self._lock:
@@ -359,12 +366,13 @@ def _row(h: TransferHandle) -> dict[str, Any]:
         "state": h.state,
         "submitted_at": h.submitted_at.isoformat(),
         "history": json.dumps(h.history),
+        "owner": h.owner,
     }
 
 
 def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TransferHandle:
     verified = row["checksum_verified"]
-    return TransferHandle(
+    h = TransferHandle(
         id=row["id"],
         request=TransferRequest.model_validate_json(row["request"]),
         backend=row["backend"],
@@ -380,4 +388,7 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TransferHandle:
         submitted_at=datetime.fromisoformat(row["submitted_at"]),
         completed_at=datetime.fromisoformat(row["completed_at"]) if row["completed_at"] else None,
         history=json.loads(row["history"] or "[]"),
+        owner=row.get("owner") or DEFAULT_OWNER,
     )
+    bus.set_owner(h.id, h.owner)
+    return h
