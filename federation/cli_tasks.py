@@ -37,7 +37,7 @@ from federation.envelope import ResourceEnvelope
 from federation.errors import FederationError
 from federation.events import Event
 from federation.jupyter import envelope_rows
-from federation.service.ops import OpsError
+from federation.service.errors import OpsError
 from federation.tasks import ShellTask
 
 if TYPE_CHECKING:

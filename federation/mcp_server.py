@@ -32,6 +32,7 @@ from federation.catalog import FunctionInfo
 from federation.drafting import EnvelopeDraft, TaskHints
 from federation.envelope import ResourceEnvelope
 from federation.events import EventKind
+from federation.service.errors import OpsError
 from federation.service.models import (
     MAX_GROUP_CHILDREN,
     CancelResponse,
@@ -50,7 +51,7 @@ from federation.service.models import (
     TransferView,
     summarize,
 )
-from federation.service.ops import Operations, OpsError
+from federation.service.ops import Operations
 
 logger = logging.getLogger("federation.mcp")
 

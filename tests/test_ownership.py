@@ -45,8 +45,9 @@ from federation.security.audit import AuditLog
 from federation.security.policy import CallerPolicy, PolicyGate, PolicySet
 from federation.service.app import Guard, create_app
 from federation.service.client import ServiceClient
+from federation.service.errors import OpsError
 from federation.service.models import SubmitResponse
-from federation.service.ops import LocalOps, Operations, OpsError
+from federation.service.ops import LocalOps, Operations
 from federation.service.server import running
 from federation.service.tokens import TokenStore
 from federation.sites.spec import load_sites

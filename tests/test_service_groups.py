@@ -24,8 +24,9 @@ from federation.events import Event
 from federation.mcp_server import build_server
 from federation.service.app import create_app
 from federation.service.client import EventStream, ServiceClient, parse_sse
+from federation.service.errors import OpsError
 from federation.service.models import GroupRequest, TaskRequest
-from federation.service.ops import LocalOps, Operations, OpsError
+from federation.service.ops import LocalOps, Operations
 from federation.service.server import running
 from federation.service.tokens import TokenStore
 from federation.storage import site_storage

@@ -15,8 +15,8 @@ from pydantic import Field
 from federation._model import Frozen
 from federation.coordinator import Coordinator
 from federation.errors import FederationError
+from federation.service.errors import OpsError
 from federation.service.models import SubmitResponse, TaskStatus, submit_response, task_status
-from federation.service.ops import OpsError
 
 
 class HeldView(Frozen):

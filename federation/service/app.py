@@ -25,6 +25,7 @@ from federation.catalog import Catalog, FunctionInfo
 from federation.coordinator import Coordinator
 from federation.drafting import EnvelopeDraft
 from federation.security.routes import policy_router
+from federation.service.errors import OpsError
 from federation.service.models import (
     CancelResponse,
     DraftRequest,
@@ -42,7 +43,7 @@ from federation.service.models import (
     TransferView,
     summarize,
 )
-from federation.service.ops import LocalOps, OpsError, parse_kinds
+from federation.service.ops import LocalOps, parse_kinds
 from federation.service.tokens import TokenStore
 from federation.snapshot import FederationSnapshot
 

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from federation.catalog import FunctionInfo
 from federation.drafting import EnvelopeDraft
 from federation.events import Event, EventCallback
+from federation.service.errors import OpsError
 from federation.service.models import (
     CancelResponse,
     DraftRequest,
@@ -34,7 +35,6 @@ from federation.service.models import (
     TransferResponse,
     TransferView,
 )
-from federation.service.ops import OpsError
 from federation.snapshot import FederationSnapshot
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -47,11 +47,11 @@ from federation.groups import GroupHandle
 from federation.handles import TaskHandle
 from federation.security.audit import RecordKind
 from federation.security.policy import LOCAL_CALLER, PolicyViolationError
+from federation.service.errors import OpsError
 from federation.service.models import (
     EVENT_KINDS,
     CancelResponse,
     DraftRequest,
-    ErrorBody,
     EventsPage,
     GroupRequest,
     GroupResponse,
@@ -69,6 +69,7 @@ from federation.service.models import (
     task_status,
     transfer_view,
 )
+from federation.service.ownership import Ownership, not_found
 from federation.snapshot import FederationSnapshot
 from federation.tasks import ShellTask, TaskSpec
 
@@ -78,28 +79,6 @@ WAIT_SLICE_S = 1.0
 """A long wait sleeps on the event bus in slices this long, so an abandoned waiter (a client
 that went away, a cancelled tool call) frees its thread within a second. Events still wake
 it at once: each slice is a condition-variable wait, not a poll."""
-
-
-class OpsError(Exception):
-    """A failed operation: an HTTP status plus the JSON body that explains it."""
-
-    def __init__(
-        self,
-        status: int,
-        error: str,
-        message: str,
-        hint: str = "",
-        details: dict[str, Any] | None = None,
-    ) -> None:
-        self.status = status
-        self.body = ErrorBody(error=error, message=message, hint=hint, details=details or {})
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        text = f"{self.body.error}: {self.body.message}"
-        if self.body.hint:
-            text += f" -- {self.body.hint}"
-        return text
 
 
 class Operations(Protocol):
@@ -138,38 +117,6 @@ class Operations(Protocol):
     ) -> EventsPage: ...
 
     def close(self) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class Who:
-    """The caller an operation acts for, and whether they may see everyone's work."""
-
-    name: str
-    operator: bool
-
-
-def _not_found(kind: Literal["task", "group", "transfer"], record_id: str) -> OpsError:
-    """The answer for a record that does not exist *or* is someone else's (never say which)."""
-    if kind == "group":
-        return OpsError(
-            404,
-            "unknown_group",
-            f"no group with id {record_id!r} on this coordinator",
-            "use the group_id that submit_group returned",
-        )
-    if kind == "transfer":
-        return OpsError(
-            404,
-            "unknown_transfer",
-            f"no transfer with id {record_id!r} on this coordinator",
-            "use the transfer_id that move_data returned",
-        )
-    return OpsError(
-        404,
-        "unknown_task",
-        f"no task with id {record_id!r} on this coordinator",
-        "use the task_id that submit returned",
-    )
 
 
 class _Mover(Protocol):
@@ -274,6 +221,8 @@ class LocalOps:
         on_close: Callable[[], None] | None = None,
     ) -> None:
         self.coord = coord
+        self.owners = Ownership(coord)
+        """Who may see what (each caller their own work; operators all of it, audited)."""
         self._on_close = on_close
         self.catalog = catalog or default_catalog()
         self.cache = cache or SnapshotCache(coord, refresh_s=refresh_s)
@@ -298,51 +247,26 @@ class LocalOps:
         except Exception as e:
             raise translate(e) from e
 
-    # --- who may see what ----------------------------------------------------------------------
-    def who(self, caller: str = "") -> Who:
-        name = caller or LOCAL_CALLER
-        return Who(name, self.coord.gate.is_operator(name))
-
-    def _visible(
-        self, who: Who, kind: RecordKind, record_id: str, owner: str | None, action: str
-    ) -> bool:
-        """Whether ``who`` may ``action`` the record; an operator's access to another
-        caller's record is audited."""
-        if owner is None:
-            return False
-        if owner == who.name:
-            return True
-        if not who.operator:
-            return False
-        self.coord.gate.audit.access(who.name, owner, kind, record_id, action)
-        return True
-
-    def _cursor(self, who: Who) -> int:
-        """The caller's event cursor now: their own log's, or the whole log's (operators)."""
-        bus = self.coord.events
-        return bus.last_seq if who.operator else bus.last_seq_of(who.name)
-
     def handle(self, task_id: str, caller: str = "", action: str = "read") -> TaskHandle:
-        who = self.who(caller)
+        who = self.owners.who(caller)
         for h in self.coord.handles():
             if h.id == task_id:
                 kind: RecordKind = "shell" if h.is_shell else "python"
-                if self._visible(who, kind, h.id, h.caller, action):
+                if self.owners.visible(who, kind, h.id, h.caller, action):
                     return h
                 break
-        raise _not_found("task", task_id)
+        raise not_found("task", task_id)
 
     def tasks(self, caller: str = "") -> list[dict[str, Any]]:
         """The caller's tasks (an operator: everyone's, with whose each is)."""
-        who = self.who(caller)
+        who = self.owners.who(caller)
         rows = [
             {"task_id": h.id, "label": h.label, "state": h.state, "site": h.site, "owner": h.caller}
             for h in self.coord.handles()
             if who.operator or h.caller == who.name
         ]
-        others = sorted({r["owner"] for r in rows if r["owner"] != who.name})
-        for owner in others:
-            self.coord.gate.audit.access(who.name, owner, "tasks", None, "list")
+        for owner in sorted({r["owner"] for r in rows}):
+            self.owners.visible(who, "tasks", None, owner, "list")
         return rows
 
     def status(self, task_id: str, caller: str = "") -> TaskStatus:
@@ -362,7 +286,7 @@ class LocalOps:
     def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
         task = self.task_spec(req)
         snap = self.cache.get()
-        cursor = self._cursor(self.who(caller))
+        cursor = self.owners.cursor(self.owners.who(caller))
         try:
             handle = self.coord.submit_task(
                 task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
@@ -458,7 +382,7 @@ class LocalOps:
                 "relax those children's envelopes; draft_envelope shows the nearest feasible one",
                 {"reasons": refused},
             )
-        cursor = self._cursor(self.who(caller))
+        cursor = self.owners.cursor(self.owners.who(caller))
         children = [(n, t, c.envelope) for n, t, c in zip(names, tasks, req.children, strict=True)]
         try:
             g = self.coord.submit_group(
@@ -498,8 +422,10 @@ class LocalOps:
                 g = self.coord.groups.get(group_id)
             except KeyError:
                 g = None
-        if g is None or not self._visible(self.who(caller), "group", g.id, g.caller, action):
-            raise _not_found("group", group_id)
+        if g is None or not self.owners.visible(
+            self.owners.who(caller), "group", g.id, g.caller, action
+        ):
+            raise not_found("group", group_id)
         return g
 
     def group(self, group_id: str, caller: str = "") -> GroupView:
@@ -527,8 +453,8 @@ class LocalOps:
                     "use one of the known sites",
                     {"known": sorted(self.coord.backends)},
                 )
-        who = self.who(caller)
-        cursor = self._cursor(who)
+        who = self.owners.who(caller)
+        cursor = self.owners.cursor(who)
         try:
             h = mover.move_data(
                 req.source_site,
@@ -563,9 +489,9 @@ class LocalOps:
             try:
                 h = self._mover().get_transfer(transfer_id)
             except (KeyError, FederationError, ValueError) as e:
-                raise _not_found("transfer", transfer_id) from e
-        if not self._visible(self.who(caller), "transfer", h.id, h.owner, action):
-            raise _not_found("transfer", transfer_id)
+                raise not_found("transfer", transfer_id) from e
+        if not self.owners.visible(self.owners.who(caller), "transfer", h.id, h.owner, action):
+            raise not_found("transfer", transfer_id)
         return h
 
     def transfer(self, transfer_id: str, caller: str = "") -> TransferView:
@@ -596,12 +522,7 @@ class LocalOps:
         """The filters, checked: ids the caller cannot see are refused as unknown (404)."""
         ids = set(task_ids) if task_ids else None
         if ids:
-            who = self.who(caller)
-            owners = {i: self.coord.events.owner_of(i) for i in ids}
-            unknown = sorted(i for i, o in owners.items() if o is None)
-            unknown += sorted(
-                i for i, o in owners.items() if o is not None and o != who.name and not who.operator
-            )
+            unknown = self.owners.unseen(self.owners.who(caller), ids)
             if unknown:
                 raise OpsError(
                     404,
@@ -641,7 +562,7 @@ class LocalOps:
         """
         if after < 0:
             raise OpsError(422, "bad_cursor", f"after={after} is negative", "start from 0")
-        who = self.who(caller)
+        who = self.owners.who(caller)
         ids, kind_set = self.check_event_filter(task_ids, kinds, who.name)
         owner = None if who.operator else who.name
         bus = self.coord.events
@@ -668,16 +589,12 @@ class LocalOps:
                 )
                 found = await anyio.to_thread.run_sync(wait, limiter=self._limiter)
                 if found:
-                    if owner is not None:
-                        found = [e.as_seen_by_owner() for e in found]
-                    else:
-                        for other in sorted({e.owner for e in found} - {who.name}):
-                            self.coord.gate.audit.access(who.name, other, "events", None, "read")
+                    found = self.owners.shown(who, found)
                     return EventsPage(
                         events=tuple(found),
                         cursor=max(e.seq for e in found),
                         timed_out=False,
-                        last_seq=self._cursor(who),
+                        last_seq=self.owners.cursor(who),
                     )
                 if time.monotonic() >= deadline:
                     break
@@ -686,7 +603,7 @@ class LocalOps:
         finally:
             with self._lock:
                 self.waiters -= 1
-        return EventsPage(events=(), cursor=after, timed_out=True, last_seq=self._cursor(who))
+        return EventsPage(events=(), cursor=after, timed_out=True, last_seq=self.owners.cursor(who))
 
     def close(self) -> None:
         self.cache.close()
