@@ -21,7 +21,10 @@ this file, not code::
 :class:`Deployment` builds the coordinator's site backends from it: ``local`` sites through
 :class:`~federation.local.LocalSites` (real Slurm, endpoint daemons, offline service),
 ``globus`` sites as :class:`~federation.globus.cloud.CloudSite` over the real
-``globus_compute_sdk.Client`` authenticated by :mod:`federation.globus.auth`.
+``globus_compute_sdk.Client`` authenticated by :mod:`federation.globus.auth`; and the data
+path: ``move_data`` goes through Globus Transfer between every site whose entry names a
+``transfer_collection_id`` (and its ``collection_path_prefix``), and copies files only
+between the embedded ``local`` sites that name none.
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executo
 from federation.sites.spec import ENDPOINT_CONFIGS, load_site, site_names
 
 if TYPE_CHECKING:
+    import globus_sdk
+
     from federation.coordinator import Coordinator
     from federation.globus.offline import LocalComputeService
     from federation.local import LocalSites
     from federation.sites.backend import SiteBackend
+    from federation.transfer import TransferBackend
 
 CONFIG_ENV = "FEDERATION_CONFIG"
 CONFIG_NAME = "federation.yaml"
@@ -79,6 +85,15 @@ class SiteConfig(Frozen):
         if not path.is_absolute() or ".." in path.parts:
             raise ValueError(f"must be an absolute path without '..', got {value!r}")
         return str(path) + ("/" if str(path) != "/" else "")
+
+    @model_validator(mode="after")
+    def _collection_with_its_prefix(self) -> SiteConfig:
+        if (self.transfer_collection_id is None) != (self.collection_path_prefix is None):
+            raise ValueError(
+                "transfer_collection_id and collection_path_prefix go together: the site's "
+                "Globus collection, and the absolute path in it that the federation may use"
+            )
+        return self
 
     @model_validator(mode="after")
     def _globus_needs_endpoint(self) -> SiteConfig:
@@ -126,6 +141,22 @@ class FederationConfig(Frozen):
                 "needs endpoint_configs/<site>/site.yaml"
             )
         return sites
+
+    @model_validator(mode="after")
+    def _placement_the_sites_can_honour(self) -> FederationConfig:
+        from federation.policies import get_policy
+
+        pol = get_policy(self.placement)
+        hedges = pol.hedge_within is not None or pol.hedge_spread_s is not None
+        copies = hedges or pol.watch is not None
+        if copies and not self.by_backend("local"):
+            raise ValueError(
+                f"placement {self.placement!r} runs a task as several copies and withdraws "
+                "the losers, but every site here is reached through the Globus Compute "
+                "cloud, which cannot cancel a queued task: every copy would run. Use "
+                "best-feasible (one copy, placed where it is predicted to finish first)"
+            )
+        return self
 
     def by_backend(self, backend: str) -> list[str]:
         return [name for name, s in self.sites.items() if s.backend == backend]
@@ -179,6 +210,7 @@ def load_config(path: Path | str | None = None) -> FederationConfig:
 
 
 ClientFactory = Callable[[AuthSettings], Client]
+TransferClientFactory = Callable[[AuthSettings], "globus_sdk.TransferClient"]
 
 
 def cloud_client(auth: AuthSettings) -> Client:
@@ -186,6 +218,15 @@ def cloud_client(auth: AuthSettings) -> Client:
     app = build_app(auth)
     with auth_errors(auth, what="Globus Compute"):
         return Client(app=app)
+
+
+def transfer_client(auth: AuthSettings) -> globus_sdk.TransferClient:
+    """The real ``globus_sdk.TransferClient``, authenticated per ``auth`` (same login)."""
+    import globus_sdk
+
+    app = build_app(auth)
+    with auth_errors(auth, what="Globus Transfer"):
+        return globus_sdk.TransferClient(app=app)
 
 
 class Deployment:
@@ -198,6 +239,7 @@ class Deployment:
         home: Path | None = None,
         client_factory: ClientFactory = cloud_client,
         executor_factory: ExecutorFactory = cloud_executor,
+        transfer_client_factory: TransferClientFactory = transfer_client,
     ) -> None:
         from federation.local import LocalSites, federation_home
 
@@ -205,6 +247,7 @@ class Deployment:
         self.home = home or config.home or federation_home()
         self._client_factory = client_factory
         self._executor_factory = executor_factory
+        self._transfer_client_factory = transfer_client_factory
         local_names = config.by_backend("local")
         self.local: LocalSites | None = (
             LocalSites(home=self.home, sites=local_names) if local_names else None
@@ -251,6 +294,33 @@ class Deployment:
         self.service = local.service
         return backends
 
+    def transfer_backends(self) -> dict[str, TransferBackend]:
+        """Who moves each site's data: Globus Transfer for every site that names a
+        collection (one backend, so any two of them can exchange data), local copies for
+        the embedded sites that name none. A cloud site with no collection has none:
+        ``move_data`` to or from it is refused, naming the sites that can."""
+        from federation.transfer import GlobusCollection, GlobusTransferBackend, LocalCopyBackend
+
+        out: dict[str, TransferBackend] = {}
+        named = {n: s for n, s in self.config.sites.items() if s.transfer_collection_id}
+        if named:
+            collections = {
+                n: GlobusCollection(
+                    collection_id=s.transfer_collection_id, path_prefix=s.collection_path_prefix
+                )
+                for n, s in named.items()
+                if s.transfer_collection_id is not None and s.collection_path_prefix
+            }
+            globus = GlobusTransferBackend(
+                self._transfer_client_factory(self.config.auth), collections
+            )
+            out.update(dict.fromkeys(collections, globus))
+        local = [n for n in self.config.by_backend("local") if n not in named]
+        if local:
+            copier = LocalCopyBackend(local, self.home)
+            out.update(dict.fromkeys(local, copier))
+        return out
+
     def connect(
         self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
     ) -> Coordinator:
@@ -264,6 +334,7 @@ class Deployment:
         backends = self.backends(task_group)
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
         coordinator_kwargs.setdefault("policy", self.config.placement)
+        coordinator_kwargs.setdefault("transfer_backends", self.transfer_backends())
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
         if self.service is not None:

@@ -240,11 +240,15 @@ class Coordinator:
             kept = tuple(
                 c
                 for c in handle.decision.hedges
-                if self._admit(handle, c.shape, "hedge copy", snapshot)
+                if self._cancellable(handle, c.site, "hedge copy")
+                and self._admit(handle, c.shape, "hedge copy", snapshot)
             )
             handle.decision = handle.decision.model_copy(update={"hedges": kept})
-        if handle.decision.hedges or watching.watch is not None:
-            return self._ship_copies(handle, task, watching if watching.watch else None)
+        watch = watching.watch is not None
+        if watch and not self._cancellable(handle, handle.site, "watch"):
+            watch = False  # a copy added later could not be withdrawn here
+        if handle.decision.hedges or watch:
+            return self._ship_copies(handle, task, watching if watch else None)
         decision = handle.decision
         shape = decision.chosen.shape
         if self.store is not None:  # durable before anything is shipped or acknowledged
@@ -399,6 +403,20 @@ class Coordinator:
         return False
 
     # --- watching: a task still queued past its prediction is judged again ---------------
+    def _cancellable(self, handle: TaskHandle, site: str, what: str) -> bool:
+        """Whether a copy at ``site`` can be withdrawn if another copy starts first (and
+        the task's chosen site too: either may lose). Where one cannot (the site's backend
+        has no cancel, as the Globus Compute cloud has none), copies would all run: no copy
+        is made, and a note on the task says why."""
+        for s in dict.fromkeys((handle.site, site)):
+            if not self.backends[s].can_cancel:
+                handle.notes.append(
+                    f"no {what} on {site}: {s} cannot cancel a queued copy, so every copy "
+                    "would run; placed once"
+                )
+                return False
+        return True
+
     def _placer(self) -> Policy:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
         pol = get_policy(self.policy)
@@ -484,7 +502,11 @@ class Coordinator:
         fresh = fresh.model_copy(update={"candidates": open_})
         ages = [(now - t).total_seconds() for t in since]  # each copy's own wait so far
         cand = pol.extra_copy(h.decision, fresh, holding, queued_s, tried, ages)
-        if cand is not None and self._admit(h, cand.shape, "watch copy", snap):
+        if (
+            cand is not None
+            and self._cancellable(h, cand.site, "watch copy")
+            and self._admit(h, cand.shape, "watch copy", snap)
+        ):
             self._add_copy(h, cand, queued_s, fresh)
         self._arm_rejudge(h, pol, w.every_s)
 

@@ -66,13 +66,15 @@ class ResultRef(Frozen):
 def shipped(
     task: TaskSpec, site: str, name: str, storage: StorageRoot | None, limit_bytes: int
 ) -> TaskSpec:
-    """What to send for ``task``: Python tasks wrapped so large results are spilled."""
-    if storage is None or not isinstance(task, PythonTask):
+    """What to send for ``task``: a Python task inside ``run_and_spill``, which spills large
+    results to ``storage`` (when there is one) and is shipped by source; the task's own
+    function travels as its payload (:func:`federation.sites.shipping.code_payload`)."""
+    if not isinstance(task, PythonTask):
         return task
-    from globus_compute_sdk.serialize import ComputeSerializer
+    from federation.sites.shipping import code_payload
 
-    payload = ComputeSerializer().serialize(task.fn)
-    directory = str(storage(site) / "results")
+    payload = code_payload(task.fn)
+    directory = str(storage(site) / "results") if storage is not None else None
     return PythonTask(
         run_and_spill,
         (payload, task.args, task.kwargs, limit_bytes, directory, name),

@@ -2,8 +2,9 @@
 
 :func:`run_and_spill` runs on the endpoint: it calls the task's function and, when the
 serialized return value is larger than ``limit_bytes``, writes it to the site's storage and
-returns a small reference instead. Like the probes, it imports everything inside its body
-and refers to no module global, so it can be shipped by source.
+returns a small reference instead (with no ``directory``, it returns the value as it is).
+Like the probes, it imports everything inside its body and refers to no module global: it
+is shipped by source, to workers that have nothing of this repository.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def run_and_spill(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     limit_bytes: int,
-    directory: str,
+    directory: str | None,
     name: str,
 ) -> Any:
     """Call the serialized function; return its value, or a reference if it is too large."""
@@ -31,6 +32,8 @@ def run_and_spill(
     serde = ComputeSerializer()
     fn = serde.deserialize(fn_payload)
     value = fn(*args, **kwargs)
+    if directory is None:
+        return value
     data = serde.serialize(value).encode()
     if len(data) <= limit_bytes:
         return value

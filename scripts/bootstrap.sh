@@ -42,3 +42,19 @@ if [[ ! -e "$stamp" ]]; then
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
+
+# The strict worker environment: where the local sites' workers run, as on a real site a
+# Python with what docs/DEPLOY.md tells a site to install (the Globus Compute endpoint, at
+# the coordinator's versions) and nothing of this repository.
+WORKER_VENV="$ROOT/.venv-worker"
+pins="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("globus-compute-endpoint", "globus-compute-sdk", "parsl", "dill")))')"
+wstamp="$WORKER_VENV/.installed-$(echo "$pins" | sha256sum | cut -c1-16)"
+if [[ ! -e "$wstamp" ]]; then
+  echo "[bootstrap] creating the strict worker environment in .venv-worker ($pins)"
+  rm -rf "$WORKER_VENV"
+  "$PY" -m venv "$WORKER_VENV"
+  # shellcheck disable=SC2086  # the pins are separate words
+  "$WORKER_VENV/bin/pip" install -q --disable-pip-version-check $pins 2> >(grep -v "is ignored: it is neither" >&2)
+  touch "$wstamp"
+fi
+export FEDERATION_WORKER_VENV="$WORKER_VENV"

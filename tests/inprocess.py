@@ -75,6 +75,8 @@ class ThreadSite:
         self._pool.submit(run)
         return fut
 
+    can_cancel = True
+
     def cancel(self, task_id: str) -> bool:
         f = self._futures.get(task_id)
         return f is not None and f.cancel()

@@ -73,7 +73,7 @@ def test_collection_prefix_must_be_absolute_without_traversal(tmp_path: Path) ->
     ok = write(
         tmp_path,
         f"sites:\n  delta:\n    backend: globus\n    endpoint_id: {EID}\n"
-        "    collection_path_prefix: /projects/bbka\n",
+        f"    transfer_collection_id: {EID}\n    collection_path_prefix: /projects/bbka\n",
     )
     assert load_config(ok).sites["delta"].collection_path_prefix == "/projects/bbka/"
 
@@ -154,7 +154,8 @@ def test_model_round_trip_keeps_ids() -> None:
 
 
 def test_placement_policy_is_named_in_the_config_and_checked(tmp_path: Path) -> None:
-    assert load_config(REPO / "federation.example.yaml").placement == "twin-watch"
+    # the example deployment has cloud sites, which cannot withdraw copies: one copy each
+    assert load_config(REPO / "federation.example.yaml").placement == "best-feasible"
     path = write(tmp_path, "sites:\n  local:\n    backend: local\n")
     assert load_config(path).placement == "earliest-start"
     bad = write(tmp_path, "placement: fastest\nsites:\n  local:\n    backend: local\n")

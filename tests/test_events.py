@@ -128,6 +128,8 @@ class _StartsBeforeAck:
         fut.set_result(task.fn(*task.args))
         return fut
 
+    can_cancel = True
+
     def cancel(self, task_id: str) -> bool:
         return False
 

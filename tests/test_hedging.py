@@ -146,6 +146,8 @@ class GatedSite:
                     job.fut = out[tid] = self._future(tid)
         return out
 
+    can_cancel = True
+
     def cancel(self, task_id: str) -> bool:
         with self._lock:
             job = self.jobs.get(task_id)
@@ -808,3 +810,25 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         slurm.run("delta", ["scancel", f"--name={TAG}"])
         slurm.run("local", ["scancel", f"--name={HOLD}"])
         coord.close()
+
+
+@pytest.mark.parametrize("without_cancel", ["local", "delta"])
+def test_no_copy_is_made_where_a_loser_could_not_be_withdrawn(without_cancel: str) -> None:
+    """The Globus Compute cloud has no task cancel: a site reached through it cannot
+    withdraw a losing copy, so no copy goes where one of them could not be withdrawn (the
+    hedge's site or the chosen one), and the task says why."""
+    sites = _sites()
+    sites[without_cancel].can_cancel = False  # type: ignore[misc]
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(square, (7,)), ENV)
+        assert h.site == "delta" and h.decision.hedges == ()
+        assert len(sites["delta"].jobs) == 1 and sites["local"].jobs == {}
+        assert any(f"{without_cancel} cannot cancel a queued copy" in n for n in h.notes)
+        sites["delta"].go.set()
+        assert coord.get_result(h, timeout_s=10).status == "completed"
+        assert "task.hedge_cancelled" not in _kinds(coord, h)
+    finally:
+        coord.close()
+        for s in sites.values():
+            s.close()

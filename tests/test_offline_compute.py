@@ -1,7 +1,9 @@
 """The real Globus Compute SDK (Client, Executor, ComputeFuture, ShellFunction) against the
 offline web service and a real endpoint daemon running the real GlobusComputeEngine.
 
-These use the ``probe`` profile (LocalProvider), so they need no Slurm.
+These use the ``probe`` profile (LocalProvider), so they need no Slurm. The workers run in
+the strict worker environment (nothing of this repository), so the functions go by source
+(:func:`federation.sites.shipping.executor_serializer`), as every site ships them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from globus_compute_sdk.errors import TaskExecutionFailed
 
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
 from federation.globus.offline import LocalComputeService
+from federation.sites.shipping import executor_serializer
 from functions.workloads import fail_with, square
 
 PROBE = {"profile": "probe"}
@@ -38,7 +41,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalComputeSe
 
 @pytest.fixture(scope="module")
 def executor(service: LocalComputeService) -> Iterator[Executor]:
-    ex = service.executor(local_endpoint_id("local"), service.client(), user_endpoint_config=PROBE)
+    client = service.client()
+    client.fx_serializer = executor_serializer()  # as every site ships: our functions by source
+    ex = service.executor(local_endpoint_id("local"), client, user_endpoint_config=PROBE)
     try:
         yield ex
     finally:

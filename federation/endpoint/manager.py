@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from federation.endpoint.worker_env import worker_init, worker_venv
 from federation.errors import SiteUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ def _alive(pid: int) -> bool:
 def code_fingerprint() -> str:
     """A digest of the code an endpoint runs (``federation`` and ``functions`` sources).
 
-    Workers import shipped functions from these packages; an endpoint started before they
+    The endpoint process (:mod:`federation.endpoint.daemon`) runs this code (its workers
+    do not: they run in the strict worker environment); an endpoint started before it
     changed would run the old code, so ``start`` restarts it.
     """
     root = Path(__file__).resolve().parents[2]
@@ -86,13 +88,15 @@ class EndpointDaemons:
         (run_dir / "endpoint.code").write_text(code + "\n")
         (run_dir / "endpoint.ready").unlink(missing_ok=True)
         bindir = Path(sys.executable).parent
+        user_dir = run_dir / "globus_compute"
+        init = worker_init(worker_venv(), run_dir / "worker", user_dir)
         env = {
             **os.environ,
             **site_env,
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "GLOBUS_COMPUTE_USER_DIR": str(run_dir / "globus_compute"),
-            "FEDERATION_WORKER_INIT": f'export PATH="{bindir}:$PATH"\n'
-            f'export GLOBUS_COMPUTE_USER_DIR="{run_dir / "globus_compute"}"',
+            "GLOBUS_COMPUTE_USER_DIR": str(user_dir),
+            # workers run in the strict worker environment: nothing of this repository
+            "FEDERATION_WORKER_INIT": init,
             "FEDERATION_ENGINE_ADDRESS": "127.0.0.1",
             # a lost worker pool (crashed node) is noticed in 45 s, not parsl's 120 s
             "FEDERATION_HEARTBEAT_PERIOD_S": "10",

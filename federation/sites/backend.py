@@ -39,4 +39,10 @@ class SiteBackend(Protocol):
         """Cancel a task that has not started; False if it cannot be cancelled."""
         ...
 
+    @property
+    def can_cancel(self) -> bool:
+        """Whether :meth:`cancel` can withdraw a queued task here at all (hedged and
+        watched copies are made only where they can be withdrawn)."""
+        ...
+
     def close(self) -> None: ...

@@ -20,6 +20,7 @@ from globus_compute_sdk import Client, Executor, ShellFunction
 
 from federation.endpoint_config import shape_to_user_config
 from federation.envelope import Shape
+from federation.sites.shipping import executor_serializer
 from federation.sites.spec import SiteSpec
 from federation.tasks import PythonTask, ShellTask, TaskSpec
 
@@ -69,6 +70,9 @@ class ComputeSite:
         self.budget_core_hours = budget_core_hours
         self.endpoint_id = endpoint_id
         self.client = client
+        # the SDK serializes with the client's serializer: the coordinator's own functions
+        # by source, so a worker with nothing of this repository can run them
+        client.fx_serializer = executor_serializer()
         self.task_group_id = task_group_id or uuid.uuid4()
         self._factory = executor_factory
         self._canceller = canceller
@@ -159,6 +163,12 @@ class ComputeSite:
         if self._canceller is None:
             return False
         return self._canceller(task_id)
+
+    @property
+    def can_cancel(self) -> bool:
+        """The Globus Compute web service has no task cancel: only a site given a
+        canceller (the embedded federation's) can withdraw a queued task."""
+        return self._canceller is not None
 
     def close(self) -> None:
         with self._lock:
