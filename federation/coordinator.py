@@ -589,6 +589,9 @@ class Coordinator:
             losers = self._take_win(handle, c) if won_now else []
         if failed:  # before any copy started: this copy leaves the race
             exc = None if fut.cancelled() else fut.exception()
+            lost = exc is not None and _stream_lost(exc)
+            if lost and exc is not None and self._reattach(handle, c, c.compute_task_id, exc):
+                return  # the copy still races: its result is fetched again
             message = "cancelled at the site" if exc is None else _first_line(exc)
             self._copy_failed(handle, c, message, exc)
             return
@@ -1171,6 +1174,9 @@ class Coordinator:
             self._fail(handle, "cancelled", "")
             return
         exc = fut.exception()
+        lost = exc is not None and handle.cancel_reason is None and _stream_lost(exc)
+        if lost and exc is not None and self._reattach(handle, None, handle.compute_task_id, exc):
+            return  # not the task's failure: its result is fetched again
         if exc is not None:
             message = handle.cancel_reason or _first_line(exc)
             failure = classify(message, str(exc))
@@ -1206,6 +1212,59 @@ class Coordinator:
             runtime_s=handle.runtime_s,
             slurm_job_id=handle.slurm_job_id,
         )
+
+    # --- a lost result stream ---------------------------------------------------------------
+    def _reattach(
+        self, handle: TaskHandle, copy: TaskCopy | None, cid: str | None, exc: BaseException
+    ) -> bool:
+        """The SDK's result stream died (its futures fail with "SDK thread quit
+        unexpectedly"): the task itself did not fail and may still run or have ended at the
+        site. Fetch it again from the task group, off the SDK's thread, a few times with
+        backoff; False (then it fails, saying so) when that is used up."""
+        site = copy.site if copy is not None else handle.site
+        with self._lock:
+            tries = handle._reattaches
+            if cid is None or tries >= MAX_REATTACHES:
+                return False
+            handle._reattaches += 1
+        handle.notes.append(
+            f"result stream from {site} lost ({_first_line(exc)}); re-attaching to its task "
+            f"{cid} (try {tries + 1} of {MAX_REATTACHES})"
+        )
+        delay = min(30.0, REATTACH_DELAY_S * 2**tries)
+        timer = threading.Timer(delay, self._do_reattach, (handle, copy, cid, site, exc))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _do_reattach(
+        self,
+        handle: TaskHandle,
+        copy: TaskCopy | None,
+        cid: str,
+        site: str,
+        exc: BaseException,
+    ) -> None:
+        try:
+            fut = self.backends[site].reattach([cid]).get(cid)
+            why = "the site no longer knows it"
+        except Exception as e:  # the service is unreachable just now: try again later
+            fut, why = None, f"{type(e).__name__}: {e}"
+            if self._reattach(handle, copy, cid, exc):
+                return
+        if fut is None:
+            message = f"lost the result stream from {site} and could not re-attach to {cid}"
+            if copy is not None:
+                self._copy_failed(handle, copy, f"{message}: {why}", None)
+            else:
+                self._fail(handle, f"{message}: {why}", "", failure="result_stream_lost")
+            return
+        if copy is not None:
+            copy.future = fut
+            fut.add_done_callback(functools.partial(self._on_copy_done, handle, copy))
+        else:
+            handle.future = fut
+            fut.add_done_callback(functools.partial(self._on_done, handle))
 
     def _retry_off_thread(
         self, handle: TaskHandle, failure: Failure, message: str, traceback: str
@@ -1519,6 +1578,9 @@ class Coordinator:
 
 
 ACK_TIMEOUT_S = 30.0
+MAX_REATTACHES = 5
+REATTACH_DELAY_S = 0.5
+"""A lost result stream is re-attached after 0.5 s, then 1, 2, 4, 8 s (at most 5 times)."""
 ACCOUNTING_TIMEOUT_S = 60.0
 
 
@@ -1632,6 +1694,11 @@ def _handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
             value = SimpleNamespace(**value)
         h.value = value
     return h
+
+
+def _stream_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK's own result stream dying, not the task failing."""
+    return "SDK thread quit unexpectedly" in str(exc)
 
 
 def _remote(exc: BaseException) -> bool:

@@ -20,6 +20,7 @@ FailureClass = Literal[
     "preemption",
     "endpoint_lost",
     "cancelled",
+    "result_stream_lost",
     "user_error",
 ]
 
@@ -32,6 +33,9 @@ _RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
+    # the SDK's result stream died: not the task's failure (it may still run at the site),
+    # and not retried elsewhere, which could run it twice; the coordinator re-attaches first
+    ("result_stream_lost", re.compile(r"SDK thread quit unexpectedly")),
     ("walltime", re.compile(r"TIMEOUT|DUE TO TIME LIMIT|walltime|time limit", re.I)),
     ("cancelled", re.compile(r"cancelled by request|re-placed by its group|task cancelled")),
     ("out_of_memory", re.compile(r"OUT_OF_MEMORY|\bOOM\b|MemoryError|oom-kill", re.I)),

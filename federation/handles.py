@@ -163,6 +163,8 @@ class TaskHandle:
     remote_traceback: str = ""
     _done: threading.Event = field(default_factory=threading.Event)
     _recovered_compute_id: str | None = None
+    _reattaches: int = 0
+    """Times its result stream was lost and it was re-attached (bounded)."""
     cancel_reason: str | None = None
     task: Any = None
     """The task itself, kept in memory so an infrastructure failure can be retried."""
