@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import click
@@ -14,6 +15,7 @@ from federation.cli_policy import register as register_policy
 from federation.cli_service import register as register_service
 from federation.cli_sites import sites_app
 from federation.cli_tasks import register as register_tasks
+from federation.errors import FederationError
 from federation.snapshot import FederationSnapshot
 
 app = typer.Typer(
@@ -46,20 +48,28 @@ def inspect(
         list[str] | None, typer.Option(help="limit to these sites (repeatable)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the snapshot as JSON")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FEDERATION_CONFIG",
+            help="federation.yaml: probe the sites it names ($FEDERATION_CONFIG); "
+            "default: the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Probe every local site through its endpoint and print the snapshot."""
+    """Probe every site through its endpoint and print the snapshot."""
+    from federation.connect import connect
     from federation.demo import snapshot_table, wide_console
-    from federation.local import LocalSites
 
-    local = LocalSites(sites=site or None)
-    local.up()
-    coord = local.connect()
     try:
-        snap = coord.inspect_federation()
-    finally:
-        coord.close()
-        if local.service:
-            local.service.close()
+        conn = connect(config, sites=site or None)
+    except (FederationError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    with conn:
+        snap = conn.coord.inspect_federation()
     if as_json:
         sys.stdout.write(json.dumps(snap.model_dump(mode="json"), indent=2) + "\n")
     else:

@@ -103,6 +103,16 @@ def mcp_command(
             envvar="FEDERATION_TOKEN", help="bearer token for --service", show_default=False
         ),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FEDERATION_CONFIG",
+            help="federation.yaml: act on the sites it names ($FEDERATION_CONFIG); default: "
+            "the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the federation as MCP tools for agents (stdio by default)."""
     if transport not in ("stdio", "http"):
@@ -118,6 +128,7 @@ def mcp_command(
         bring_up=not no_up,
         service=service,
         token=token,
+        config=config,
     )
 
 

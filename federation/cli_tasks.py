@@ -66,6 +66,16 @@ HomeOpt = Annotated[
         help="runtime root of the local sites (default: $FEDERATION_HOME or ~/.federation)"
     ),
 ]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        envvar="FEDERATION_CONFIG",
+        help="federation.yaml: act on the sites it names, local and Globus Compute cloud "
+        "($FEDERATION_CONFIG); default: the embedded local federation",
+        show_default=False,
+    ),
+]
 ServiceOpt = Annotated[
     str | None,
     typer.Option(
@@ -241,6 +251,7 @@ def submit(
     service: ServiceOpt = None,
     token: TokenOpt = None,
     home: HomeOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Place a shell command on the federation and run it in a Slurm job of matching shape.
@@ -285,7 +296,7 @@ def submit(
         finally:
             client.close()
         raise typer.Exit(code)
-    with _federation(home, as_json) as coord:
+    with _federation(home, as_json, config) as coord:
         code = _submit(coord, task, env, wait=wait, timeout_s=timeout_s, as_json=as_json)
     raise typer.Exit(code)
 
@@ -338,27 +349,24 @@ def _load_envelope(path: Path) -> ResourceEnvelope:
 
 
 @contextmanager
-def _federation(home: Path | None, as_json: bool) -> Iterator[Coordinator]:
-    from federation.local import LocalSites
+def _federation(
+    home: Path | None, as_json: bool, config: Path | None = None
+) -> Iterator[Coordinator]:
+    """A coordinator in this process: over ``config``'s sites, or the embedded federation."""
+    from federation.connect import connect
 
-    local = LocalSites(home=home)
+    where = f"the federation of {config}" if config else "local federation"
     try:
-        local.up()
-        coord = local.connect(telemetry=True)
+        conn = connect(config, home=home)
     except FederationError as e:
-        raise _error(f"local federation unavailable: {e}", as_json) from e
+        raise _error(f"{where} unavailable: {e}", as_json) from e
     except Exception as e:
         raise _error(
-            f"local federation unavailable ({type(e).__name__}: {e}); "
-            "check `federation sites status`",
+            f"{where} unavailable ({type(e).__name__}: {e}); check `federation sites status`",
             as_json,
         ) from e
-    try:
-        yield coord
-    finally:
-        coord.close()
-        if local.service is not None:
-            local.service.close()
+    with conn:
+        yield conn.coord
 
 
 def _submit(
@@ -920,6 +928,7 @@ def group(
     service: ServiceOpt = None,
     token: TokenOpt = None,
     home: HomeOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit related tasks as one group, on distinct sites while that is feasible.
@@ -966,7 +975,7 @@ def group(
         finally:
             client.close()
         raise typer.Exit(code)
-    with _federation(home, as_json) as coord:
+    with _federation(home, as_json, config) as coord:
         code = _group_here(coord, req, wait=wait, timeout_s=timeout_s, as_json=as_json)
     raise typer.Exit(code)
 
@@ -1097,6 +1106,7 @@ def move(
     service: ServiceOpt = None,
     token: TokenOpt = None,
     home: HomeOpt = None,
+    config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Copy a file or directory from one site's storage to another's.
@@ -1157,7 +1167,7 @@ def move(
         finally:
             client.close()
         raise typer.Exit(code)
-    with _federation(home, as_json) as coord:
+    with _federation(home, as_json, config) as coord:
         code = _move_here(coord, req, wait=wait, timeout_s=timeout_s, as_json=as_json)
     raise typer.Exit(code)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -41,7 +42,7 @@ from federation.snapshot import FederationSnapshot
 from federation.tasks import PythonTask
 
 if TYPE_CHECKING:
-    from federation.local import LocalSites
+    from federation.connect import Connection
 
 HintsLike = TaskHints | Mapping[str, Any]
 
@@ -255,8 +256,9 @@ class FederatedExecutor(concurrent.futures.Executor):
     """Run Python functions on the federation like on a local pool.
 
     Args:
-        coordinator: the coordinator to use; default: the embedded local federation
-            (``LocalSites(sites=sites).up()`` then ``.connect()``), closed on shutdown.
+        coordinator: the coordinator to use; default: one over the sites of ``config`` (a
+            ``federation.yaml``; default ``$FEDERATION_CONFIG``), else over the embedded
+            local federation (brought up), closed on shutdown.
         envelope: default resource envelope for every task.
         hints: default :class:`~federation.drafting.TaskHints` (or a dict of them) used to
             draft an envelope when none is given.
@@ -266,6 +268,8 @@ class FederatedExecutor(concurrent.futures.Executor):
             probing every site on each ``submit`` (``map`` over many items stays fast);
             ``0`` probes every time.
 
+        config: a ``federation.yaml`` whose sites (local and Globus Compute cloud) the
+            executor's own coordinator acts on.
         service: URL of a running coordinator service (``federation serve``) to use instead
             of an in-process coordinator; ``token`` is its bearer token (default
             ``$FEDERATION_TOKEN``). Against a service, ``submit`` takes catalog functions
@@ -288,11 +292,13 @@ class FederatedExecutor(concurrent.futures.Executor):
         snapshot_max_age_s: float = 5.0,
         service: str | None = None,
         token: str | None = None,
+        config: str | Path | None = None,
     ) -> None:
         self.snapshot_max_age_s = snapshot_max_age_s
         self.created_at = datetime.now(UTC)
         self._sites = tuple(sites or ())
-        self._local: LocalSites | None = None
+        self._conn: Connection | None = None
+        """The coordinator this executor connected (and closes), when it made one."""
         self._client: ServiceClient | None = None
         self._stream: EventStream | None = None
         if service is not None:
@@ -306,11 +312,10 @@ class FederatedExecutor(concurrent.futures.Executor):
                 )
             self._client = ServiceClient(service, token)
         elif coordinator is None:
-            from federation.local import LocalSites
+            from federation.connect import connect
 
-            self._local = LocalSites(sites=list(self._sites) or None)
-            self._local.up()
-            coordinator = self._local.connect()
+            self._conn = connect(config, sites=list(self._sites) or None)
+            coordinator = self._conn.coord
         self._coordinator = coordinator
         self.envelope = envelope
         self.hints = _hints(hints)
@@ -482,7 +487,7 @@ class FederatedExecutor(concurrent.futures.Executor):
         if wait:
             concurrent.futures.wait(futures)
             self._close()
-        elif self._local is not None or self._client is not None:
+        elif self._conn is not None or self._client is not None:
 
             def close_when_done() -> None:
                 concurrent.futures.wait(futures)
@@ -497,7 +502,7 @@ class FederatedExecutor(concurrent.futures.Executor):
 
     def _close(self) -> None:
         with self._lock:
-            if self._closed or (self._local is None and self._client is None):
+            if self._closed or (self._conn is None and self._client is None):
                 return
             self._closed = True
         if self._client is not None:
@@ -505,10 +510,8 @@ class FederatedExecutor(concurrent.futures.Executor):
                 self._stream.close()
             self._client.close()
             return
-        assert self._local is not None
-        self.coordinator.close()
-        if self._local.service is not None:
-            self._local.service.close()
+        assert self._conn is not None
+        self._conn.close()
 
     # --- views for notebooks --------------------------------------------------------------
     def inspect(self) -> FederationSnapshot:

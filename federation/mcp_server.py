@@ -435,24 +435,19 @@ def embedded_ops(
     sites: list[str] | None = None,
     bring_up: bool = True,
     tokens_db: Path | None = None,
+    config: Path | None = None,
 ) -> Operations:
-    """A coordinator over the local sites, as :class:`LocalOps`; callers' policies from
+    """A coordinator in this process, as :class:`LocalOps`: over the sites of ``config``
+    (or ``$FEDERATION_CONFIG``), else the embedded local federation; callers' policies from
     ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``."""
-    from federation.local import LocalSites
+    from federation.connect import connect
+    from federation.local import federation_home
     from federation.security.policy import PolicyGate
     from federation.service.ops import LocalOps
 
-    local = LocalSites(home=home, sites=sites)
-    if bring_up:
-        local.up()
-    coord = local.connect(gate=PolicyGate.from_home(local.home, tokens_db=tokens_db))
-
-    def close() -> None:
-        coord.close()
-        if local.service is not None:
-            local.service.close()
-
-    return LocalOps(coord, on_close=close)
+    gate = PolicyGate.from_home(home or federation_home(), tokens_db=tokens_db)
+    conn = connect(config, home=home, sites=sites, bring_up=bring_up, gate=gate)
+    return LocalOps(conn.coord, on_close=conn.close)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -471,6 +466,13 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="HTTP transport: token database (default: <home>/service/tokens.db)",
     )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("FEDERATION_CONFIG"),
+        help="federation.yaml: act on the sites it names ($FEDERATION_CONFIG; default: the "
+        "embedded local federation)",
+    )
     p.add_argument("--service", default=None, help="use the HTTP service at this URL")
     p.add_argument(
         "--token",
@@ -488,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         service=a.service,
         token=a.token,
         tokens_db=a.tokens,
+        config=a.config,
     )
 
 
@@ -502,6 +505,7 @@ def run(
     service: str | None = None,
     token: str | None = None,
     tokens_db: Path | None = None,
+    config: Path | None = None,
 ) -> None:
     """Serve the MCP tools until the client goes away (stdio) or interrupted (HTTP)."""
     logging.basicConfig(
@@ -524,7 +528,8 @@ def run(
     else:
 
         def factory() -> Operations:
-            return embedded_ops(home, sites, bring_up, tokens_db if transport == "http" else None)
+            db = tokens_db if transport == "http" else None
+            return embedded_ops(home, sites, bring_up, db, config)
 
     backend = Backend(factory)
     server = build_server(backend.get)

@@ -1,0 +1,90 @@
+"""Every entry point acts on the sites a ``federation.yaml`` names, as ``serve`` does.
+
+A config naming two of the local sites (``--config``, ``config=`` or ``$FEDERATION_CONFIG``):
+``federation inspect`` probes those two and no other, ``federation submit`` runs on them,
+the Jupyter executor's own coordinator and the MCP server's embedded one have exactly those
+sites. Without a config, each acts on the whole embedded local federation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import typer
+from mcp import Client
+from typer.testing import CliRunner
+
+from federation.cli import app as cli_app
+from federation.connect import configured, connect
+from federation.jupyter import FederatedExecutor
+from federation.mcp_server import build_server, embedded_ops
+from federation.service.ops import Operations
+from functions.workloads import square
+
+pytestmark = pytest.mark.slurm
+
+TWO = ["local", "vista"]
+
+
+@pytest.fixture(scope="module")
+def config(local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "federation.yaml"
+    sites = "".join(f"  {s}:\n    backend: local\n" for s in TWO)
+    path.write_text(f"home: {local.home}\nplacement: best-feasible\nsites:\n{sites}")
+    return path
+
+
+def test_the_config_is_found_by_argument_then_environment(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FEDERATION_CONFIG", raising=False)
+    assert configured() is None
+    assert configured(config) == config
+    monkeypatch.setenv("FEDERATION_CONFIG", str(config))
+    assert configured() == config
+    with connect() as conn:
+        assert sorted(conn.coord.backends) == TWO and conn.config == config
+        assert conn.coord.policy == "best-feasible"
+
+
+def test_cli_inspect_and_submit_act_on_the_configured_sites(config: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(cli_app, ["inspect", "--config", str(config), "--json"])
+    assert r.exit_code == 0, r.output
+    assert sorted(s["site"] for s in json.loads(r.output)["sites"]) == TWO
+    sub = runner.invoke(
+        cli_app,
+        ["submit", "--config", str(config), "-c", "hostname", "--walltime-s", "120", "--wait"],
+    )
+    assert sub.exit_code == 0, sub.output
+    assert any(f"{s}/" in sub.output for s in TWO), sub.output
+
+
+def test_jupyter_executor_and_mcp_server_act_on_the_configured_sites(config: Path) -> None:
+    with FederatedExecutor(config=config) as ex:
+        assert sorted(ex.coordinator.backends) == TWO
+        assert ex.submit(square, 5, envelope={"walltime_s": 120}).result(timeout=120) == 25  # type: ignore[arg-type]
+    ops = embedded_ops(config=config)
+    try:
+
+        async def get_ops() -> Operations:
+            return ops
+
+        async def main() -> list[str]:
+            async with Client(build_server(get_ops)) as c:
+                res = await c.call_tool("inspect_federation", {})
+                return sorted(s["site"] for s in res.structured_content["sites"])
+
+        assert anyio.run(main) == TWO
+    finally:
+        ops.close()
+
+
+def test_site_filter_and_config_do_not_mix(config: Path) -> None:
+    with pytest.raises(ValueError, match="the sites are the ones"):
+        connect(config, sites=["local"])
+    assert isinstance(cli_app, typer.Typer)
