@@ -78,6 +78,72 @@ def inspect(
         console.print(credit_table(snap))
 
 
+@app.command()
+def doctor(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FEDERATION_CONFIG",
+            help="federation.yaml: check the sites it names ($FEDERATION_CONFIG); default: "
+            "the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
+    site: Annotated[
+        list[str] | None, typer.Option(help="check only these sites (repeatable)")
+    ] = None,
+    task_timeout_s: Annotated[
+        float, typer.Option(help="how long a tiny task may wait in a queue before a warning")
+    ] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the checks as JSON")] = False,
+) -> None:
+    """Check every site end to end and say what to fix: endpoint online, the workers'
+    Python, a tiny task in a Slurm job, cancel, a data transfer.
+
+    Exit codes: 0 every check passed (warnings allowed), 1 a check failed, 2 the sites
+    could not be reached at all."""
+    from rich.console import Console
+
+    from federation.connect import connect
+    from federation.doctor import Check, Doctor
+
+    console = Console(stderr=as_json)
+    style = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}
+
+    def show(c: Check) -> None:
+        if not as_json:
+            console.print(
+                f"[{style[c.status]}]{c.status:>7}[/]  {c.site:<8} {c.check:<9} {c.detail} "
+                f"[dim]({c.seconds:.1f} s)[/]"
+            )
+
+    try:
+        conn = connect(config)
+    except (FederationError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    with conn:
+        where = str(conn.config) if conn.config else "the embedded local federation"
+        if not as_json:
+            console.print(f"[bold]federation doctor[/bold]: {where}")
+        reports = Doctor(conn.coord, task_timeout_s=task_timeout_s, on_check=show).run(site or None)
+    if as_json:
+        doc = [
+            {"site": r.site, "ok": r.ok, "checks": [c.model_dump() for c in r.checks]}
+            for r in reports
+        ]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    bad = [r.site for r in reports if not r.ok]
+    if not as_json:
+        console.print(
+            "[green]every site passed[/green]"
+            if not bad
+            else f"[red]to fix: {', '.join(bad)}[/red] (see the lines marked fail)"
+        )
+    raise typer.Exit(1 if bad else 0)
+
+
 def credit_table(snap: FederationSnapshot) -> Table:
     """One row per site: the allocation work is charged to (sshare + configured budget)."""
 

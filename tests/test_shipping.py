@@ -27,6 +27,7 @@ from federation.results import shipped
 from federation.sites.shipping import code_payload, executor_serializer, is_own
 from federation.tasks import PythonTask
 from functions.accounting import sacct_jobs
+from functions.doctor import worker_facts
 from functions.faults import garbage_probe
 from functions.probes import probe_slurm
 from functions.results import make_bytes
@@ -112,6 +113,7 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
         "probe_slurm": _job(probe_slurm, timeout_s=5.0, account=None),
         "sacct_jobs": _job(sacct_jobs, ["1"], timeout_s=5.0),
         "garbage_probe": _job(garbage_probe),
+        "worker_facts": _job(worker_facts),
         "square": _python_task(cat.bind("square", [7])),
         "report_allocation": _python_task(cat.bind("report_allocation", [], {"work_s": 0.01})),
         "fail_with": _python_task(cat.bind("fail_with", ["the task's own words"])),
@@ -129,6 +131,8 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
     acct = _value(report, "sacct_jobs")
     assert acct["fields"][0] == "JobID"
     assert _value(report, "garbage_probe")["sinfo"]["rc"] == 0
+    facts = _value(report, "worker_facts")  # what `federation doctor` reads
+    assert facts["importable"] == {"functions": False, "federation": False}
     assert _value(report, "square") == 49
     alloc = _value(report, "report_allocation")
     assert {"host", "slurm_job_id", "cpus", "gpus"} <= set(alloc)
