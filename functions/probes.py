@@ -33,6 +33,7 @@ def probe_slurm(
     """
     import base64
     import os
+    import platform
     import shutil
     import signal
     import socket
@@ -231,6 +232,7 @@ def probe_slurm(
         "format": 1,
         "started_at": datetime.fromtimestamp(started, tz=utc).isoformat(),
         "hostname": socket.gethostname(),
+        "python_version": platform.python_version(),  # the workers' own, not the endpoint's
         "utc_offset_s": time.localtime(started).tm_gmtoff,
         "timeout_s": float(timeout_s),
         "account": account,

@@ -10,8 +10,10 @@ result stream, which cannot run here, is the SDK's own result watcher fed in-pro
 from __future__ import annotations
 
 import json
+import platform
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -411,3 +413,15 @@ def _wait_task_id(fut: Any, timeout_s: float = 30.0) -> str:
         assert time.monotonic() < deadline, "the SDK never submitted the task"
         time.sleep(0.01)
     return str(fut.task_id)
+
+
+def test_the_workers_python_decides_not_the_endpoint_process(site: CloudSite, cloud: Cloud) -> None:
+    """The endpoint's metadata gives its own process's Python; the workers (what runs the
+    task) may run another, and the probe (which runs on them) reports theirs."""
+    mine = platform.python_version()
+    cloud.metadata(mine)  # the endpoint process matches the coordinator...
+    done: Future[dict[str, Any]] = Future()
+    done.set_result({"python_version": "3.9.18"})
+    site._learn_worker_python(done)  # ...but the last probe ran on Python 3.9 workers
+    with pytest.raises(VersionMismatchError, match=r"the site's workers run Python 3\.9\.18"):
+        site.submit(PythonTask(square, (2,)), SHAPE)

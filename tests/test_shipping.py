@@ -128,6 +128,7 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
 
     probe = _value(report, "probe_slurm")
     assert probe["format"] == 1 and "sinfo" in probe and probe["hostname"]
+    assert probe["python_version"].count(".") == 2  # the workers' own Python
     acct = _value(report, "sacct_jobs")
     assert acct["fields"][0] == "JobID"
     assert _value(report, "garbage_probe")["sinfo"]["rc"] == 0

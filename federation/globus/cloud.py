@@ -102,13 +102,15 @@ def python_major_minor(version: str) -> tuple[int, int] | None:
         return None
 
 
-def python_mismatch_message(site: str, client_py: str, endpoint_py: str) -> str | None:
+def python_mismatch_message(
+    site: str, client_py: str, endpoint_py: str, who: str = "the endpoint runs"
+) -> str | None:
     """None when major.minor agree; else a message naming both versions and the fix."""
     a, b = python_major_minor(client_py), python_major_minor(endpoint_py)
     if a is None or b is None or a == b:
         return None
     return (
-        f"site {site}: the coordinator runs Python {client_py} but the endpoint runs "
+        f"site {site}: the coordinator runs Python {client_py} but {who} "
         f"Python {endpoint_py}; functions and arguments pickled on one do not load on the "
         f"other. Run the coordinator under Python {b[0]}.{b[1]}, or have the site admin "
         f"start the endpoint (and its worker_init environment) with Python {a[0]}.{a[1]}; "
@@ -150,6 +152,8 @@ class CloudSite(ComputeSite):
             budget_core_hours=budget_core_hours,
         )
         self.auth = auth or AuthSettings()
+        self.worker_python: str | None = None
+        """The Python the site's workers run, as the last probe (run on them) reported."""
         self.python_mismatch = python_mismatch
         self.status_ttl_s = status_ttl_s
         self._info: EndpointInfo | None = None
@@ -204,9 +208,15 @@ class CloudSite(ComputeSite):
             return info
 
     def _check_python(self, info: EndpointInfo, task: TaskSpec | None) -> None:
-        if info.python_version is None:
+        """The Python that runs tasks is the workers' (reported by the last probe, which
+        runs on them); until a probe came back, the endpoint process's (its metadata)."""
+        if self.worker_python is not None:
+            theirs, who = self.worker_python, "the site's workers run"
+        elif info.python_version is not None:
+            theirs, who = info.python_version, "the endpoint runs"
+        else:
             return
-        msg = python_mismatch_message(self.name, platform.python_version(), info.python_version)
+        msg = python_mismatch_message(self.name, platform.python_version(), theirs, who)
         if msg is None:
             return
         if isinstance(task, PythonTask) and self.python_mismatch == "error":
@@ -220,7 +230,17 @@ class CloudSite(ComputeSite):
         # mismatch is only warned about here.
         self._check_python(self.endpoint_info(), None)
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            return super().probe()
+            fut = super().probe()
+        fut.add_done_callback(self._learn_worker_python)
+        return fut
+
+    def _learn_worker_python(self, fut: Future[dict[str, Any]]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        raw = fut.result()
+        version = raw.get("python_version") if isinstance(raw, dict) else None
+        if isinstance(version, str) and version:
+            self.worker_python = version
 
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
         check_payload(self.client, task, self.name)
