@@ -197,7 +197,7 @@ class Doctor:
             )
             return
         env = ResourceEnvelope(sites=(name,), walltime_s=120)
-        h = self.coord.submit_task(ShellTask(command="sleep 60", name="doctor-cancel"), env)
+        h = self.coord.submit_task(ShellTask(command="sleep 20", name="doctor-cancel"), env)
         deadline = time.monotonic() + 30
         while h.compute_task_id is None and time.monotonic() < deadline:
             time.sleep(0.05)  # the site acknowledges the submission first
@@ -205,7 +205,7 @@ class Doctor:
         if ok:
             record("cancel", "ok", "a queued task was withdrawn", t0)
             return
-        h.wait(90)
+        h.wait(60)
         record(
             "cancel",
             "warn",

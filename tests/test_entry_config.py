@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from federation.cli import app as cli_app
 from federation.connect import configured, connect
+from federation.envelope import ResourceEnvelope
 from federation.jupyter import FederatedExecutor
 from federation.mcp_server import build_server, embedded_ops
 from federation.service.ops import Operations
@@ -67,7 +68,8 @@ def test_cli_inspect_and_submit_act_on_the_configured_sites(config: Path) -> Non
 def test_jupyter_executor_and_mcp_server_act_on_the_configured_sites(config: Path) -> None:
     with FederatedExecutor(config=config) as ex:
         assert sorted(ex.coordinator.backends) == TWO
-        assert ex.submit(square, 5, envelope={"walltime_s": 120}).result(timeout=120) == 25  # type: ignore[arg-type]
+        env = ResourceEnvelope(walltime_s=120)
+        assert ex.submit(square, 5, envelope=env).result(timeout=120) == 25
     ops = embedded_ops(config=config)
     try:
 
