@@ -34,11 +34,14 @@ def test_doctor_passes_on_the_strict_local_sites(
     assert [x["site"] for x in reports] == ["local", "vista"] and all(x["ok"] for x in reports)
     for report in reports:
         status = {c["check"]: (c["status"], c["detail"]) for c in report["checks"]}
+        # an idle local queue may start the cancel probe before it can be withdrawn: then
+        # the doctor says so (a warning), which is right too
+        cancel = status.pop("cancel")
+        assert cancel[0] == "ok" or "started before it could be withdrawn" in cancel[1], cancel
         assert {k: v[0] for k, v in status.items()} == {
             "endpoint": "ok",
             "worker": "ok",
             "task": "ok",
-            "cancel": "ok",
             "transfer": "ok",
         }, status
         assert "nothing of this repository needed" in status["worker"][1]
