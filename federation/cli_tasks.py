@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -350,14 +350,17 @@ def _load_envelope(path: Path) -> ResourceEnvelope:
 
 @contextmanager
 def _federation(
-    home: Path | None, as_json: bool, config: Path | None = None
+    home: Path | None, as_json: bool, config: Path | None = None, *, bring_up: bool = True
 ) -> Iterator[Coordinator]:
-    """A coordinator in this process: over ``config``'s sites, or the embedded federation."""
-    from federation.connect import connect
+    """A coordinator in this process: over ``config``'s sites, or the embedded federation.
+
+    With a config it is durable (``coordinator.db`` in the deployment's home), so a later
+    ``result --config`` finds what this one submitted."""
+    from federation.connect import configured, connect
 
     where = f"the federation of {config}" if config else "local federation"
     try:
-        conn = connect(config, home=home)
+        conn = connect(config, home=home, bring_up=bring_up, durable=configured(config) is not None)
     except FederationError as e:
         raise _error(f"{where} unavailable: {e}", as_json) from e
     except Exception as e:
@@ -398,8 +401,12 @@ def _submit(
         _print_placement(console, handle, accepted)
     if not wait:
         note = (
-            "not waiting: the job runs on its site, but this process's coordinator ends now, "
-            "so no later command can collect its result; use --wait"
+            "not waiting: the job runs on its site; this process's coordinator ends now and "
+            "kept the task in its deployment's coordinator.db: `federation result --config "
+            f"FILE {handle.id}` shows it later"
+            if coord.store is not None
+            else "not waiting: the job runs on its site, but this process's coordinator ends "
+            "now, so no later command can collect its result; use --wait"
         )
         if as_json:
             _emit_json(doc | {"waited": False, "note": note})
@@ -822,21 +829,46 @@ def _bytes(n: Any) -> str:
     return f"{size} B"
 
 
+RESULT_SETTLE_S = 5.0
+"""``result --config``: how long a task re-attached from coordinator.db may take to deliver a
+result that arrived while no coordinator was running."""
+
+
 def result(
     ids: Annotated[list[str], typer.Argument(help="task, group or transfer id(s)")],
     service: ServiceOpt = None,
     token: TokenOpt = None,
+    config: ConfigOpt = None,
+    home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a task's result (or a group's children, or a transfer's state), at once.
 
     Asks the coordinator service (--service URL / $FEDERATION_SERVICE, --token /
-    $FEDERATION_TOKEN); it does not wait (use `watch`).
+    $FEDERATION_TOKEN); or, with --config (or $FEDERATION_CONFIG) and no service, reads the
+    deployment's coordinator.db, where `submit --config` keeps its tasks, re-attaching to
+    the sites for those still in flight. It does not wait (use `watch` or `submit --wait`).
 
     Exit codes: 0 every id completed (or succeeded); 1 one failed; 3 one is still queued
     or running; 2 usage error, unknown id, or service unreachable.
     """
-    client = _client(service, token, as_json)
+    if not service and config is not None:
+        with _federation(home, as_json, config, bring_up=False) as coord:
+            from federation.service.ops import LocalOps
+
+            for any_id in ids:
+                with suppress(FederationError, TimeoutError):  # not a task, or in flight
+                    coord.get_result(any_id, timeout_s=RESULT_SETTLE_S)
+            ops = LocalOps(coord)
+            try:
+                _show_results(ops, ids, as_json)  # type: ignore[arg-type]
+            finally:
+                ops.close()
+        return
+    _show_results(_client(service, token, as_json), ids, as_json)
+
+
+def _show_results(client: ServiceClient, ids: list[str], as_json: bool) -> None:
     console = _console()
     code = EXIT_OK
     docs: list[dict[str, Any]] = []

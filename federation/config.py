@@ -75,6 +75,11 @@ class SiteConfig(Frozen):
     budget_core_hours: float | None = Field(default=None, gt=0)
     """Budget used as the allocation's limit when the site reports none."""
     python_mismatch: PythonMismatch = "error"
+    job_check_s: float | None = Field(default=60.0, ge=1.0)
+    """A globus site's tasks run as batch jobs named ``fed.<tag>``: while one waits to start,
+    ``squeue`` is read this often (seconds) to learn its start, and a losing copy is
+    withdrawn by ``scancel``. ``null`` turns this off: nothing at this site can then be
+    cancelled, so hedged and watched copies are not placed here."""
 
     @field_validator("collection_path_prefix")
     @classmethod
@@ -114,6 +119,10 @@ class FederationConfig(Frozen):
     home: Path | None = None
     """Runtime root (coordinator.db, telemetry, local clusters); default $FEDERATION_HOME."""
     sites: dict[str, SiteConfig] = Field(min_length=1)
+    local_path: Literal["embedded", "cloud"] | None = None
+    """How the ``local`` sites are reached: ``embedded`` (the offline service's shortcuts) or
+    ``cloud`` (the strict stand-in of the Globus Compute service, as real endpoints are);
+    default ``$FEDERATION_PATH``, else embedded."""
     placement: str = "earliest-start"
     """The placement policy by name (``twin-hedge``, ``twin-watch``, ``best-feasible``,
     ``fixed:<site>``, ...; see :func:`federation.policies.get_policy`)."""
@@ -149,12 +158,16 @@ class FederationConfig(Frozen):
         pol = get_policy(self.placement)
         hedges = pol.hedge_within is not None or pol.hedge_spread_s is not None
         copies = hedges or pol.watch is not None
-        if copies and not self.by_backend("local"):
+        cancellable = [
+            n for n, s in self.sites.items() if s.backend == "local" or s.job_check_s is not None
+        ]
+        if copies and not cancellable:
             raise ValueError(
                 f"placement {self.placement!r} runs a task as several copies and withdraws "
-                "the losers, but every site here is reached through the Globus Compute "
-                "cloud, which cannot cancel a queued task: every copy would run. Use "
-                "best-feasible (one copy, placed where it is predicted to finish first)"
+                "the losers, but no site here can withdraw a queued task (the Globus Compute "
+                "service has no task cancel, and every site sets job_check_s: null, which "
+                "turns off withdrawal by scancel of the tagged job): every copy would run. "
+                "Use best-feasible (one copy, placed where it is predicted to finish first)"
             )
         return self
 
@@ -250,7 +263,9 @@ class Deployment:
         self._transfer_client_factory = transfer_client_factory
         local_names = config.by_backend("local")
         self.local: LocalSites | None = (
-            LocalSites(home=self.home, sites=local_names) if local_names else None
+            LocalSites(home=self.home, sites=local_names, path=config.local_path)
+            if local_names
+            else None
         )
         self.client: Client | None = None
         self.service: LocalComputeService | None = None
@@ -281,6 +296,7 @@ class Deployment:
                 account=site.account,
                 budget_core_hours=site.budget_core_hours,
                 python_mismatch=site.python_mismatch,
+                job_check_s=site.job_check_s,
             )
         return [out[name] for name in self.config.sites]
 
@@ -337,8 +353,11 @@ class Deployment:
         coordinator_kwargs.setdefault("transfer_backends", self.transfer_backends())
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
-        if self.service is not None:
-            self.service.on_started(coord.notify_started)
+        if self.local is not None:
+            self.local.listen_for_starts(backends, coord)
+        for b in backends:  # the real cloud sites: starts read from squeue of tagged jobs
+            if isinstance(b, CloudSite) and b.name not in (self.config.by_backend("local")):
+                b.on_started(coord.notify_started)
         if store is not None:
             coord.recover()
         return coord

@@ -14,6 +14,7 @@ from globus_compute_sdk import Client, Executor
 
 from federation.coordinator import Coordinator
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
+from federation.globus.cloud import CloudSite
 from federation.globus.offline import LocalComputeService
 from federation.localslurm import LocalFederation
 from federation.sites.compute import ComputeSite
@@ -25,15 +26,39 @@ from federation.telemetry import Telemetry
 logger = logging.getLogger(__name__)
 
 
+PATHS = ("embedded", "cloud")
+"""How the coordinator reaches the local sites. ``embedded``: the offline service may cancel
+queued tasks on the endpoint and tells the coordinator when a task's job starts (an
+on-site agent could; the Globus service does not). ``cloud``: exactly what a deployment
+on real endpoints has, through the strict stand-in of the Globus Compute service:
+:class:`~federation.globus.cloud.CloudSite` with its endpoint-status, Python and payload
+checks, starts read from ``squeue`` of tagged jobs, withdrawal by marker and ``scancel``."""
+JOB_CHECK_S = 1.0
+"""The local sites' ``squeue`` interval for tagged jobs (real sites: 60 s by default)."""
+
+
 def federation_home() -> Path:
     return Path(os.environ.get("FEDERATION_HOME", Path.home() / ".federation"))
+
+
+def default_path() -> str:
+    """``FEDERATION_PATH`` (``embedded`` or ``cloud``), else ``embedded``."""
+    path = os.environ.get("FEDERATION_PATH", "embedded").strip() or "embedded"
+    if path not in PATHS:
+        raise ValueError(f"FEDERATION_PATH={path!r}: use one of {', '.join(PATHS)}")
+    return path
 
 
 class LocalSites:
     """Bring the local sites up and connect a coordinator to them through Globus Compute."""
 
-    def __init__(self, home: Path | None = None, sites: list[str] | None = None) -> None:
+    def __init__(
+        self, home: Path | None = None, sites: list[str] | None = None, path: str | None = None
+    ) -> None:
         self.home = home or federation_home()
+        self.path = path or default_path()
+        if self.path not in PATHS:
+            raise ValueError(f"path {self.path!r}: use one of {', '.join(PATHS)}")
         self.specs = load_sites(sites)
         self.slurm = LocalFederation(home=self.home, sites=[s.name for s in self.specs])
         self.daemons = EndpointDaemons(self.home)
@@ -72,10 +97,11 @@ class LocalSites:
     ) -> list[ComputeSite]:
         """One backend per local site, reached through the real Globus Compute SDK.
 
-        Starts this object's offline web service (``self.service``); ``accounts`` and
-        ``budgets_core_hours`` per site feed the credit probe (``federation.yaml``).
+        Starts this object's offline web service (``self.service``; strict on the ``cloud``
+        path); ``accounts`` and ``budgets_core_hours`` per site feed the credit probe.
         """
-        service = self.service = LocalComputeService()
+        cloud = self.path == "cloud"
+        service = self.service = LocalComputeService(strict=cloud)
         self._services.append(service)
         for spec in self.specs:
             service.add_endpoint(
@@ -85,6 +111,21 @@ class LocalSites:
 
         def factory(eid: uuid.UUID, cl: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
             return service.executor(eid, cl, user_endpoint_config=uec, task_group_id=tg)
+
+        if cloud:
+            return [
+                CloudSite(
+                    spec,
+                    local_endpoint_id(spec.name),
+                    client,
+                    executor_factory=factory,
+                    task_group_id=task_group_id,
+                    account=(accounts or {}).get(spec.name),
+                    budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+                    job_check_s=JOB_CHECK_S,
+                )
+                for spec in self.specs
+            ]
 
         def cancel(task_id: str) -> bool:
             return service.cancel(task_id)[0]
@@ -104,6 +145,15 @@ class LocalSites:
             for spec in self.specs
         ]
 
+    def listen_for_starts(self, backends: list[Any], coord: Coordinator) -> None:
+        """Wire the coordinator to whoever reports starts on this path."""
+        if self.path == "cloud":
+            for b in backends:
+                if isinstance(b, CloudSite):
+                    b.on_started(coord.notify_started)
+        elif self.service is not None:
+            self.service.on_started(coord.notify_started)
+
     def connect(
         self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
     ) -> Coordinator:
@@ -120,8 +170,7 @@ class LocalSites:
         coordinator_kwargs.setdefault("result_storage", lambda site: site_storage(site, home))
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
-        assert self.service is not None
-        self.service.on_started(coord.notify_started)
+        self.listen_for_starts(backends, coord)
         if store is not None:
             coord.recover()
         return coord

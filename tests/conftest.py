@@ -41,11 +41,13 @@ def local_federation() -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def local(local_federation: Any) -> Iterator[Any]:
-    """The local sites with their endpoints running (``LocalSites``), per test module."""
+def local(local_federation: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The local sites with their endpoints running (``LocalSites``), per test module (and
+    per path, where the module runs on both: :data:`slurm_scene.BOTH_PATHS`)."""
     from federation.local import LocalSites
 
-    sites = LocalSites(home=local_federation.home)
+    path = getattr(request, "param", "embedded")
+    sites = LocalSites(home=local_federation.home, path=path)
     sites.up()
     try:
         yield sites

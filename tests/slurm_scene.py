@@ -1,4 +1,4 @@
-"""Setting the scene on the local federation's Slurm clusters for the group tests.
+"""Setting the scene on the local federation's Slurm clusters, and the two paths to them.
 
 ``fill_delta_cpu`` fills Delta's CPU partition (with more waiting) so a child placed there
 queues; ``wait_until_quiet`` waits for the other sites' queues to be empty first (blocks a
@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import time
 from typing import Any
+
+import pytest
+
+BOTH_PATHS = pytest.mark.parametrize("local", ["embedded", "cloud"], indirect=True)
+"""Run a module's tests on both paths to the sites (``pytestmark = [..., BOTH_PATHS]``):
+``embedded``, the offline service's shortcuts; ``cloud``, what real endpoints offer, through
+the strict stand-in of the Globus Compute service (:data:`federation.local.PATHS`)."""
 
 FILLERS = 4
 """Jobs of a whole CPU node each: two run on Delta's two CPU nodes, two wait behind them."""

@@ -161,13 +161,18 @@ def test_a_collection_needs_its_path_prefix(tmp_path: Path) -> None:
 
 
 def test_copies_are_refused_where_no_site_can_cancel(tmp_path: Path) -> None:
+    """A globus site withdraws a losing copy by scancel of its tagged job unless its config
+    turns that off (job_check_s: null); copies need some site that can."""
     path = tmp_path / "federation.yaml"
     base = f"sites:\n  delta:\n    backend: globus\n    endpoint_id: {EID}\n"
+    off = base + "    job_check_s: null\n"
     for policy in ("twin-hedge", "twin-watch"):
-        path.write_text(f"placement: {policy}\n{base}")
-        with pytest.raises(ConfigError, match="cannot cancel a queued task"):
+        path.write_text(f"placement: {policy}\n{off}")
+        with pytest.raises(ConfigError, match="no site here can withdraw a queued task"):
             load_config(path)
-    path.write_text(f"placement: best-feasible\n{base}")
+        path.write_text(f"placement: {policy}\n{base}")
+        assert load_config(path).sites["delta"].job_check_s == 60.0
+    path.write_text(f"placement: best-feasible\n{off}")
     assert load_config(path).placement == "best-feasible"
-    path.write_text(f"placement: twin-watch\n{base}  local:\n    backend: local\n")
+    path.write_text(f"placement: twin-watch\n{off}  local:\n    backend: local\n")
     assert load_config(path).placement == "twin-watch"  # local sites can withdraw copies

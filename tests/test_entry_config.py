@@ -9,6 +9,7 @@ sites. Without a config, each acts on the whole embedded local federation.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,29 @@ def test_site_filter_and_config_do_not_mix(config: Path) -> None:
     with pytest.raises(ValueError, match="the sites are the ones"):
         connect(config, sites=["local"])
     assert isinstance(cli_app, typer.Typer)
+
+
+def test_result_reads_what_submit_left_in_the_deployment(config: Path) -> None:
+    """`submit --config` without --wait keeps its task in the deployment's coordinator.db;
+    a later `result --config` (another coordinator, as from another shell) re-attaches to it
+    and shows its end."""
+    runner = CliRunner()
+    command = "echo ran-on-$SLURM_CLUSTER_NAME"
+    args = ["submit", "--config", str(config), "-c", command, "--walltime-s", "120", "--json"]
+    sub = runner.invoke(cli_app, args)
+    assert sub.exit_code == 0, sub.output
+    doc = json.loads(sub.output)
+    assert doc["waited"] is False and "result --config" in doc["note"]
+    tid = doc["task_id"]
+    deadline = time.monotonic() + 180
+    while True:
+        r = runner.invoke(cli_app, ["result", "--config", str(config), tid, "--json"])
+        if r.exit_code != 3 or time.monotonic() > deadline:  # 3: still queued or running
+            break
+        time.sleep(2)
+    assert r.exit_code == 0, r.output
+    view = json.loads(r.output)
+    assert view["kind"] == "task" and view["task_id"] == tid and view["state"] == "completed"
+    assert view["result"]["stdout"].strip() in {f"ran-on-{s}" for s in TWO}, view
+    unknown = runner.invoke(cli_app, ["result", "--config", str(config), "no-such-id"])
+    assert unknown.exit_code == 2 and "no-such-id" in unknown.output

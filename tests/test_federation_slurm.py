@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from slurm_scene import BOTH_PATHS
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope
@@ -17,11 +18,19 @@ from federation.tasks import PythonTask, ShellTask
 from functions.faults import garbage_probe, slow_probe
 from functions.workloads import fail_with, report_allocation
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, BOTH_PATHS]
 
 
 def _events(handle_events: list[Event]) -> list[str]:
     return [e.kind for e in handle_events]
+
+
+def _wait_for(what: str, check: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(0.2)
 
 
 def test_snapshot_covers_every_site_and_partition(coord: Coordinator, local: LocalSites) -> None:
@@ -61,6 +70,9 @@ def test_shaped_tasks_run_in_matching_slurm_allocations(
     for k, h in handles.items():
         r = coord.get_result(h, timeout_s=180)
         assert r.status == "completed", (k, r.error, r.remote_traceback)
+        if local.path == "cloud":  # the start is read from squeue, possibly after the end
+            _wait_for("the job id of " + k, lambda h=h: coord.get_result(h).slurm_job_id, 30)
+            r = coord.get_result(h)
         v = r.value
         assert v["partition"] == r.partition
         assert v["cluster"] == r.site

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurm_scene import fill_delta_cpu, wait_until_quiet
+from slurm_scene import BOTH_PATHS, fill_delta_cpu, wait_until_quiet
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope
@@ -17,7 +17,7 @@ from federation.local import LocalSites
 from federation.tasks import PythonTask
 from functions.workloads import report_allocation
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, BOTH_PATHS]
 TAG = "fed-test-group-fill"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from inprocess import FixedCoordinator
-from slurm_scene import fill_delta_cpu, queued_jobs, wait_until_quiet
+from slurm_scene import BOTH_PATHS, fill_delta_cpu, queued_jobs, wait_until_quiet
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope, Shape
@@ -737,7 +737,11 @@ def _hold_local(slurm: Any) -> None:
 
 
 @pytest.mark.slurm
+@BOTH_PATHS
 def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
+    """Both paths withdraw the losing copy before it runs: the embedded one through the
+    offline service, the cloud one by marker and ``scancel`` of its tagged job (the engine
+    then queues a fresh block for it, which, once it starts, finds the marker and ends)."""
     coord = local.connect(telemetry=False, probe_timeout_s=60, policy=_delta_first_hedge())
     slurm = local.slurm
     try:
@@ -759,6 +763,9 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         r = coord.get_result(h, timeout_s=240)
         assert r.status == "completed", r.error
         assert r.site == "local" and r.value["cluster"] == "local"
+        if local.path == "cloud":  # the start is read from squeue, possibly after the end
+            _until("the winner's job id", lambda: coord.get_result(h).slurm_job_id, 30)
+            r = coord.get_result(h)
         assert r.slurm_job_id is not None and r.value["slurm_job_id"] == r.slurm_job_id
         events = coord.history(h.id)
         assert [e.kind for e in events] == [
@@ -773,9 +780,16 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         assert gone.detail["held_s"] > 0 and gone.detail["winner_site"] == "local"
         assert events[2].site == "local" and events[3].site == "local"
         assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
-        # the Delta copy's batch job left Delta's queue: only the fillers are left
-        _until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
-        assert all(TAG in j for j in queued_jobs(slurm, "delta"))
+        if local.path == "embedded":
+            # the Delta copy's batch job left Delta's queue: only the fillers are left
+            _until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
+            assert all(TAG in j for j in queued_jobs(slurm, "delta"))
+        else:
+            # its withdrawal marker is on the site, and the tagged job was cancelled (the
+            # engine queues a new block for the task at once, with the same name)
+            tags = [j.split()[1] for j in _ours(slurm, "delta")]
+            assert tags and all(t.startswith("fed.") for t in tags), tags
+            assert (Path.home() / ".federation-jobs" / "cancelled" / tags[0][4:]).exists()
 
         # and Delta's accounting agrees: our batch job there was cancelled, never started
         # (slurmctld hands job records to slurmdbd through a queue that lags under load, so
@@ -794,16 +808,27 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
             done = [ln for ln in lines if not ln[2].startswith(("PENDING", "RUNNING"))]
             return acct.stdout, done if len(done) == len(lines) else []
 
-        _until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 60)
+        if local.path == "cloud":  # let the engine's fresh block start: it runs nothing
+            slurm.run("delta", ["scancel", f"--name={TAG}"])
+        _until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 120)
         text, ours = delta_acct()
-        for job_id, _name, state, start, elapsed in ours:
-            # never ran: no start, or (when the cancel lands in the second the controller
-            # records, as slurmctld 22 does here under load) a start equal to its end
-            assert state.startswith("CANCELLED"), text
-            assert start in ("None", "Unknown") or elapsed == "0", (job_id, text)
+        # never ran: cancelled with no start, or (when the cancel lands in the second the
+        # controller records, as slurmctld 22 does here under load) a start equal to its end
+        cancelled = [
+            row
+            for row in ours
+            if row[2].startswith("CANCELLED") and (row[3] in ("None", "Unknown") or row[4] == "0")
+        ]
         # the site's own 'cancelled' result for that copy arrives, and changes nothing
         loser = h.copies[0].future
-        assert loser is not None and loser.exception(timeout=30) is not None
+        assert loser is not None
+        err = loser.exception(timeout=30 if local.path == "embedded" else 180)
+        assert err is not None
+        if local.path == "embedded":
+            assert cancelled and len(cancelled) == len(ours), text
+        else:  # the fresh block started, found the marker and ran nothing of the task's
+            assert cancelled, text
+            assert "cancelled before it started" in str(err), err
         assert coord.get_result(h, timeout_s=1).site == "local"
         assert Counter(e.kind for e in coord.history(h.id)) == Counter(e.kind for e in events)
     finally:

@@ -24,11 +24,13 @@ from globus_compute_sdk.serialize import ComputeSerializer
 from federation.catalog import default_catalog
 from federation.endpoint.worker_env import WorkerEnvMissing, worker_venv
 from federation.results import shipped
+from federation.sites import jobtags
 from federation.sites.shipping import code_payload, executor_serializer, is_own
 from federation.tasks import PythonTask
 from functions.accounting import sacct_jobs
 from functions.doctor import worker_facts
 from functions.faults import garbage_probe
+from functions.jobs import unless_cancelled
 from functions.probes import probe_slurm
 from functions.results import make_bytes
 
@@ -66,8 +68,8 @@ def _strict_python() -> Path:
 
 def _run_on_worker(tmp_path: Path, jobs: dict[str, dict[str, str]]) -> dict[str, Any]:
     """Run the serialized ``jobs`` in the strict worker Python; its report."""
-    work = tmp_path / "worker"
-    work.mkdir()
+    work = tmp_path / "worker"  # also the worker's home
+    work.mkdir(exist_ok=True)
     (work / "jobs.json").write_text(json.dumps(jobs))
     (work / "runner.py").write_text(_RUNNER)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8"}
@@ -101,6 +103,14 @@ def _python_task(task: PythonTask, storage: Path | None = None) -> dict[str, str
     return _job(sent.fn, *sent.args, **sent.kwargs)
 
 
+def _guarded(task: PythonTask, tag: str) -> dict[str, str]:
+    """A Python task as a cloud site ships it: tagged, behind its withdrawal check."""
+    sent = shipped(task, "local", "result-1", None, 1000)
+    assert isinstance(sent, PythonTask)
+    payload = code_payload(sent.fn)
+    return _job(unless_cancelled, jobtags.marker(tag), payload, tuple(sent.args), sent.kwargs)
+
+
 def _value(report: dict[str, Any], name: str) -> Any:
     entry = report[name]
     assert entry["ok"], entry
@@ -118,7 +128,12 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
         "report_allocation": _python_task(cat.bind("report_allocation", [], {"work_s": 0.01})),
         "fail_with": _python_task(cat.bind("fail_with", ["the task's own words"])),
         "spilled": _python_task(PythonTask(make_bytes, (5000,)), storage=tmp_path / "spill"),
+        "tagged": _guarded(cat.bind("square", [8]), "0123456789abcdef"),
+        "withdrawn": _guarded(cat.bind("square", [9]), "fedcba9876543210"),
     }
+    marker = tmp_path / "worker" / jobtags.MARKER_DIR / "fedcba9876543210"
+    marker.parent.mkdir(parents=True)
+    marker.touch()  # as the cancel shell function leaves it in the user's home
     report = _run_on_worker(tmp_path, jobs)
     # the worker is strict: nothing of this repository is importable there
     assert report["import_functions"] == "ModuleNotFoundError"
@@ -141,6 +156,9 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
     assert {"host", "slurm_job_id", "cpus", "gpus"} <= set(alloc)
     assert not report["fail_with"]["ok"]
     assert report["fail_with"]["error"] == "RuntimeError: the task's own words"
+    assert _value(report, "tagged") == 64
+    assert not report["withdrawn"]["ok"]
+    assert "cancelled before it started" in report["withdrawn"]["error"]
     ref = _value(report, "spilled")
     assert ref["__federation_result_ref__"] == 1 and ref["size_bytes"] > 5000
     assert Path(ref["path"]).is_file()

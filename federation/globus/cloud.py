@@ -35,7 +35,9 @@ from federation.errors import (
     VersionMismatchError,
 )
 from federation.globus.auth import AuthSettings, auth_errors
+from federation.sites import jobtags
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
+from federation.sites.jobwatch import StartListener, TaggedJobs
 from federation.sites.spec import SiteSpec
 from federation.tasks import PythonTask, ShellTask, TaskSpec
 
@@ -141,6 +143,7 @@ class CloudSite(ComputeSite):
         budget_core_hours: float | None = None,
         python_mismatch: PythonMismatch = "error",
         status_ttl_s: float = 60.0,
+        job_check_s: float | None = 60.0,
     ) -> None:
         super().__init__(
             spec,
@@ -159,6 +162,12 @@ class CloudSite(ComputeSite):
         self._info: EndpointInfo | None = None
         self._info_lock = threading.Lock()
         self.warnings: list[str] = []
+        self.jobs: TaggedJobs | None = (
+            None if job_check_s is None else TaggedJobs(self.name, self._run_shell, job_check_s)
+        )
+        """Each task's tagged Slurm job: its start read from ``squeue`` every
+        ``job_check_s`` seconds while one waits, its withdrawal by marker and ``scancel``
+        (None: the site's config turned this off, so nothing here can be cancelled)."""
 
     def endpoint_info(self, *, refresh: bool = False) -> EndpointInfo:
         """Status and metadata of the endpoint, cached for ``status_ttl_s``.
@@ -245,5 +254,36 @@ class CloudSite(ComputeSite):
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
         check_payload(self.client, task, self.name)
         self._check_python(self.endpoint_info(), task)
+        tag = jobtags.new_tag() if self.jobs is not None else None
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            return super().submit(task, shape)
+            fut = self.submit_tagged(task, shape, tag)
+        if self.jobs is not None and tag is not None:
+            self.jobs.track(tag, fut)
+        return fut
+
+    def _run_shell(self, command: str) -> Future[Any]:
+        """Run ``command`` on the site's login node (the endpoint's probe profile)."""
+        with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
+            fut: Future[Any] = self.executor({"profile": "probe"}).submit(
+                ShellFunction(command, name="federation_jobs")
+            )
+        return fut
+
+    def on_started(self, listener: StartListener) -> None:
+        """Call ``listener(task_id, slurm_job_id)`` when a task's job is seen started."""
+        if self.jobs is not None:
+            self.jobs.on_started(listener)
+
+    def cancel(self, task_id: str) -> bool:
+        """Withdraw a task not seen started: its marker, then ``scancel`` of its pending job
+        (the service itself has no task cancel)."""
+        return self.jobs is not None and self.jobs.withdraw(task_id)
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.jobs is not None
+
+    def close(self) -> None:
+        if self.jobs is not None:
+            self.jobs.close()
+        super().close()

@@ -20,9 +20,11 @@ from globus_compute_sdk import Client, Executor, ShellFunction
 
 from federation.endpoint_config import shape_to_user_config
 from federation.envelope import Shape
-from federation.sites.shipping import executor_serializer
+from federation.sites import jobtags
+from federation.sites.shipping import code_payload, executor_serializer
 from federation.sites.spec import SiteSpec
 from federation.tasks import PythonTask, ShellTask, TaskSpec
+from functions.jobs import unless_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class ComputeSite:
         self._reloaders: list[Executor] = []
         """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
+        self._tag_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -117,6 +120,12 @@ class ComputeSite:
         return fut
 
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
+        return self.submit_tagged(task, shape, None)
+
+    def submit_tagged(self, task: TaskSpec, shape: Shape, tag: str | None) -> Future[Any]:
+        """Ship ``task``; with a ``tag``, its batch job is named ``fed.<tag>`` (the
+        ``job_tag`` template variable) and the task first checks the tag's withdrawal
+        marker (:mod:`federation.sites.jobtags`), so it can be found and withdrawn."""
         uec = shape_to_user_config(
             partition=shape.partition,
             nodes=shape.nodes,
@@ -127,18 +136,34 @@ class ComputeSite:
             account=shape.account,
         )
         ex = self.executor(uec)
+        fn: Any
+        args: tuple[Any, ...] = ()
+        kwargs: dict[str, Any] = {}
         if isinstance(task, ShellTask):
-            fut: Future[Any] = ex.submit(
-                ShellFunction(
-                    task.command,
-                    snippet_lines=task.snippet_lines,
-                    name=_identifier(task.name) if task.name else None,
-                )
+            command = task.command if tag is None else jobtags.guarded_command(task.command, tag)
+            fn = ShellFunction(
+                command,
+                snippet_lines=task.snippet_lines,
+                name=_identifier(task.name) if task.name else None,
             )
+        elif isinstance(task, PythonTask) and tag is None:
+            fn, args, kwargs = task.fn, tuple(task.args), dict(task.kwargs)
         elif isinstance(task, PythonTask):
-            fut = ex.submit(task.fn, *task.args, **task.kwargs)
+            fn = unless_cancelled
+            args = (jobtags.marker(tag), code_payload(task.fn), tuple(task.args), task.kwargs)
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
+        if tag is None:
+            fut: Future[Any] = ex.submit(fn, *args, **kwargs)
+            return fut
+        # one executor per shape: the tag rides on this one submission (the SDK copies the
+        # config into the submission when ``submit`` is called)
+        with self._tag_lock:
+            ex.user_endpoint_config = {**uec, "job_tag": tag}
+            try:
+                fut = ex.submit(fn, *args, **kwargs)
+            finally:
+                ex.user_endpoint_config = uec
         return fut
 
     def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
