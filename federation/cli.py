@@ -29,17 +29,31 @@ register_tasks(app)  # draft, submit, group, move, result, watch
 register_policy(app)  # policy show|check|set|list|approve|reject|audit
 
 
+PathOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--path",
+        envvar="FEDERATION_PATH",
+        help="how the local sites are reached: embedded (the offline service's shortcuts) or "
+        "cloud (exactly what real endpoints offer, through the strict stand-in of the Globus "
+        "Compute service) ($FEDERATION_PATH; default embedded)",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def demo(
     site: Annotated[
         list[str] | None, typer.Option(help="limit to these sites (repeatable)")
     ] = None,
     no_load: Annotated[bool, typer.Option(help="do not add background queue load")] = False,
+    path: PathOpt = None,
 ) -> None:
     """Run the main job: bring the local federation up and run a round of tasks."""
     from federation.demo import run_demo
 
-    raise typer.Exit(run_demo(sites=site or None, load=not no_load))
+    raise typer.Exit(run_demo(sites=site or None, load=not no_load, path=path))
 
 
 @app.command()
@@ -97,6 +111,7 @@ def doctor(
         float, typer.Option(help="how long a tiny task may wait in a queue before a warning")
     ] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the checks as JSON")] = False,
+    path: PathOpt = None,
 ) -> None:
     """Check every site end to end and say what to fix: endpoint online, the workers'
     Python, a tiny task in a Slurm job, cancel, a data transfer.
@@ -119,7 +134,7 @@ def doctor(
             )
 
     try:
-        conn = connect(config)
+        conn = connect(config, local_path=path)
     except (FederationError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e

@@ -63,11 +63,14 @@ def connect(
     bring_up: bool = True,
     durable: bool = False,
     telemetry: bool = True,
+    local_path: str | None = None,
     **coordinator_kwargs: Any,
 ) -> Connection:
     """A coordinator over the sites of ``config`` (see :func:`configured`), or over the
     embedded local federation (``sites``: only these). ``bring_up`` starts the local sites
-    (cloud endpoints are their admins'); ``durable`` keeps tasks in ``coordinator.db``."""
+    (cloud endpoints are their admins'); ``durable`` keeps tasks in ``coordinator.db``;
+    ``local_path`` is how the embedded sites are reached (``embedded`` or ``cloud``, see
+    :data:`federation.local.PATHS`; default ``$FEDERATION_PATH``)."""
     path = configured(config)
     if path is not None:
         if sites:
@@ -82,7 +85,7 @@ def connect(
         return Connection(coord, deployment.home, path, [deployment.close])
     from federation.local import LocalSites
 
-    local = LocalSites(home=home, sites=sites)
+    local = LocalSites(home=home, sites=sites, path=local_path)
     if bring_up:
         local.up()
     coord = local.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)

@@ -143,16 +143,23 @@ def _printer(console: Console, label: str, t0: float) -> object:
     return on_event
 
 
-def run_demo(sites: list[str] | None = None, load: bool = True, timeout_s: float = 170.0) -> int:
-    """Run the round; returns a process exit code (0 when every check passed)."""
+def run_demo(
+    sites: list[str] | None = None,
+    load: bool = True,
+    timeout_s: float = 170.0,
+    path: str | None = None,
+) -> int:
+    """Run the round; returns a process exit code (0 when every check passed). ``path``:
+    how the sites are reached (:data:`federation.local.PATHS`)."""
     console = wide_console()
     t0 = time.monotonic()
-    local = LocalSites(sites=sites)
+    local = LocalSites(sites=sites, path=path)
     console.rule("[bold]1. Local federation")
     timings = local.up()
     console.print(
         f"Slurm clusters up in {timings['slurm_s']} s, endpoints in "
-        f"{timings['endpoints_s']} s: {', '.join(s.name for s in local.specs)}"
+        f"{timings['endpoints_s']} s: {', '.join(s.name for s in local.specs)}; reached "
+        f"through the {local.path} path"
     )
     coord = local.connect()
     try:
