@@ -44,6 +44,7 @@ import yaml
 from pydantic import Field
 
 from federation._model import Frozen
+from federation.endpoint_messages import missing_variable, schema_violation
 from federation.envelope import format_walltime
 from federation.errors import FederationError, TemplateVariableError
 from federation.sites.spec import ENDPOINT_CONFIGS, PartitionSpec, SiteSpec, load_site, site_names
@@ -66,6 +67,7 @@ TASK_VARIABLES = (
     "gpus",
     "walltime",
     "worker_init",
+    "job_tag",
 )
 WORKER_INIT_MAX_LEN = 512
 DEFAULT_WALLTIME_S = 3600
@@ -81,6 +83,9 @@ WALLTIME_PATTERN = rf"^[0-9]{{1,3}}:[0-5][0-9]:[0-5][0-9]{_END}"
 # ``source ~/venv/bin/activate``; no quotes, ``$``, backticks, ``;&|<>()``, globs, backslash
 # or newline. More setup goes into a script the user sources.
 WORKER_INIT_PATTERN = rf"^[A-Za-z0-9_./=:,+@%~ -]*{_END}"
+# job_tag names the batch job ``fed.<job_tag>`` (squeue/scancel find one task's job by it).
+JOB_TAG_PATTERN = rf"^[A-Za-z0-9_.-]{{1,40}}{_END}"
+JOB_NAME_PREFIX = "fed."
 
 
 # --------------------------------------------------------------------------------------
@@ -99,6 +104,7 @@ class UserEndpointShape(Frozen):
     walltime_s: int = Field(gt=0)
     account: str | None = None
     worker_init: str | None = None
+    job_tag: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
 
     def to_user_config(self) -> dict[str, Any]:
         uec: dict[str, Any] = {
@@ -114,6 +120,8 @@ class UserEndpointShape(Frozen):
             uec["account"] = self.account
         if self.worker_init:
             uec["worker_init"] = self.worker_init
+        if self.job_tag is not None:
+            uec["job_tag"] = self.job_tag
         return uec
 
 
@@ -131,8 +139,18 @@ def shape_to_user_config(
     walltime_s: float,
     account: str | None = None,
     worker_init: str | None = None,
+    *,
+    site: SiteSpec | None = None,
+    job_tag: str | None = None,
 ) -> dict[str, Any]:
-    """The ``user_endpoint_config`` for one shaped task (``profile: task``)."""
+    """The ``user_endpoint_config`` for one shaped task (``profile: task``).
+
+    With no ``account`` and a ``site``, the partition's own account is named
+    (:meth:`SiteSpec.account_for`: Delta's GPU partitions charge ``<proj>-delta-gpu``);
+    with neither, the site's template picks the same account.
+    """
+    if account is None and site is not None:
+        account = site.account_for(partition)
     return UserEndpointShape(
         partition=partition,
         nodes=nodes,
@@ -142,6 +160,7 @@ def shape_to_user_config(
         walltime_s=math.ceil(walltime_s),
         account=account,
         worker_init=worker_init,
+        job_tag=job_tag,
     ).to_user_config()
 
 
@@ -178,6 +197,7 @@ def walltime_max_pattern(max_s: int) -> str:
 
 def _partition_bounds(site: SiteSpec, p: PartitionSpec) -> dict[str, Any]:
     where = f"on partition {p.name} of {site.name}"
+    opts = site.submit_options(p.name)
     gpus: dict[str, Any] = {"maximum": p.gpus_per_node}
     if p.gpus_per_node:
         gpus["description"] = f"at most {p.gpus_per_node} {p.gpu_type} GPUs per node {where}"
@@ -204,6 +224,7 @@ def _partition_bounds(site: SiteSpec, p: PartitionSpec) -> dict[str, Any]:
                     "pattern": walltime_max_pattern(p.max_walltime_s),
                     "description": f"at most {format_walltime(p.max_walltime_s)} {where}",
                 },
+                "account": {"default": opts.account},
             }
         },
     }
@@ -246,7 +267,8 @@ def build_schema(site: SiteSpec) -> dict[str, Any]:
                 "type": "string",
                 "pattern": ACCOUNT_PATTERN,
                 "default": site.default_account,
-                "description": "Slurm account: 1-64 of A-Z a-z 0-9 _ . -",
+                "description": "Slurm account: 1-64 of A-Z a-z 0-9 _ . -; default: "
+                + _account_defaults(site),
             },
             "nodes": {
                 "type": "integer",
@@ -291,15 +313,28 @@ def build_schema(site: SiteSpec) -> dict[str, Any]:
                 "(no quotes, $, backticks, ; & | < > ( ), newlines); put "
                 "more setup in a script and `source` it",
             },
+            "job_tag": {
+                "type": "string",
+                "pattern": JOB_TAG_PATTERN,
+                "description": "optional: names the batch job "
+                f"{JOB_NAME_PREFIX}<job_tag> (1-40 of A-Z a-z 0-9 _ . -)",
+            },
         },
         "allOf": [
-            {
+            {  # the task profile (the default) needs a partition; the probe profile none
                 "if": {"properties": {"profile": {"const": "probe"}}, "required": ["profile"]},
                 "then": {"properties": probe_only},
+                "else": {"required": ["partition"]},
             },
             *(_partition_bounds(site, p) for p in ps),
         ],
     }
+
+
+def _account_defaults(site: SiteSpec) -> str:
+    if len(site.accounts) == 1:
+        return site.default_account
+    return ", ".join(f"{site.account_for(p.name)} on {p.name}" for p in site.partitions)
 
 
 def _default_walltime(site: SiteSpec) -> str:
@@ -308,14 +343,16 @@ def _default_walltime(site: SiteSpec) -> str:
 
 def build_parent_config(site: SiteSpec) -> dict[str, Any]:
     """The parent endpoint config (``CoreEndpointConfig`` keys of globus-compute 4.19)."""
+    amqp = {} if site.amqp_port is None else {"amqp_port": site.amqp_port}
     if site.access == "multi-user":
         return {
             "display_name": f"federation-{site.name} ({site.institution}, multi-user)",
+            **amqp,
             "public": True,
             "mu_child_ep_grace_period_s": 30.0,
             "pam": {"enable": False, "service_name": "globus-compute-endpoint"},
         }
-    return {"display_name": f"federation-{site.name} ({site.institution}, login node)"}
+    return {"display_name": f"federation-{site.name} ({site.institution}, login node)", **amqp}
 
 
 def _config_header(site: SiteSpec) -> str:
@@ -351,15 +388,64 @@ def _config_header(site: SiteSpec) -> str:
             "# FEDERATION_ENGINE_ADDRESS, FEDERATION_STRATEGY_PERIOD_S, FEDERATION_MAX_IDLETIME_S,",
             "# FEDERATION_HEARTBEAT_PERIOD_S, FEDERATION_HEARTBEAT_THRESHOLD_S.",
         ]
+    if site.engine_ifname:
+        lines.append(
+            f"# Workers reach the engine on interface {site.engine_ifname} unless "
+            "FEDERATION_ENGINE_ADDRESS is set."
+        )
+    else:
+        lines.append(
+            "# No published worker interface for this site: set FEDERATION_ENGINE_ADDRESS to "
+            "the login node's internal address (`ip addr`; the NIC where `ping -I <if> "
+            "google.com` fails)."
+        )
     return "\n".join(lines) + "\n"
+
+
+def _submit_facts(
+    account: str,
+    qos: str | None,
+    constraint: str | None,
+    gpu_request: str,
+    mem_request: str,
+    scheduler_options: Sequence[str],
+) -> dict[str, Any]:
+    """What the template needs to submit a job: account, qos, constraint, how GPUs and
+    memory are asked for, and the extra ``#SBATCH`` lines ("" for unset: Jinja has no
+    ``null``)."""
+    return {
+        "account": account,
+        "qos": qos or "",
+        "constraint": constraint or "",
+        "gpu_request": gpu_request,
+        "mem_request": mem_request,
+        "scheduler_lines": [f"#SBATCH {o}" for o in scheduler_options],
+    }
+
+
+def _partition_facts(site: SiteSpec, p: PartitionSpec) -> dict[str, Any]:
+    o = site.submit_options(p.name)
+    return _submit_facts(
+        o.account, o.qos, o.constraint, o.gpu_request, o.mem_request, o.scheduler_options
+    )
 
 
 def _template_header(site: SiteSpec) -> str:
     facts = {
         "name": site.name,
-        "default_account": site.default_account,
         "default_walltime": _default_walltime(site),
-        "gpu_types": {p.name: p.gpu_type for p in site.partitions if p.gpu_type},
+        "engine_ifname": site.engine_ifname or "",
+        "slurm_cmd_timeout_s": site.slurm_cmd_timeout_s,
+        "job_name_prefix": JOB_NAME_PREFIX,
+        "site_defaults": _submit_facts(
+            site.default_account,
+            site.qos,
+            site.constraint,
+            site.gpu_request,
+            site.mem_request,
+            site.scheduler_options,
+        ),
+        "partitions": {p.name: _partition_facts(site, p) for p in site.partitions},
     }
     return (
         f"{{#- Generated by `python -m federation.endpoint_config` from endpoint_configs/"
@@ -371,11 +457,12 @@ def _template_header(site: SiteSpec) -> str:
 
 def generate_site_files(site: SiteSpec) -> dict[str, str]:
     """File name -> content of the three generated files for ``site``."""
-    if not re.search(ACCOUNT_PATTERN, site.default_account):
-        raise FederationError(
-            f"site {site.name}: default_account {site.default_account!r} does not match the "
-            f"user schema's account pattern {ACCOUNT_PATTERN}; fix site.yaml"
-        )
+    for account in site.accounts:
+        if not re.search(ACCOUNT_PATTERN, account):
+            raise FederationError(
+                f"site {site.name}: account {account!r} does not match the user schema's "
+                f"account pattern {ACCOUNT_PATTERN}; fix site.yaml"
+            )
     schema = build_schema(site)
     jsonschema.Draft202012Validator.check_schema(schema)
     config = _config_header(site) + yaml.safe_dump(build_parent_config(site), sort_keys=False)
@@ -502,9 +589,9 @@ def render_user_config(
             user_runtime=dict(user_runtime or {}),
         )
     except jsonschema.ValidationError as e:
-        raise TemplateVariableError(_schema_violation(site, opts, schema or {})) from e
+        raise TemplateVariableError(schema_violation(site, opts, schema or {})) from e
     except jinja2.UndefinedError as e:
-        raise TemplateVariableError(_missing_variable(site, schema or {}, e)) from e
+        raise TemplateVariableError(missing_variable(site, schema or {}, e)) from e
     except ValueError as e:  # reserved words (_GC, parent_config, ...) in user_opts
         if "reserved word" not in str(e):
             raise
@@ -537,93 +624,6 @@ def load_user_config(
             f"site {site.name}: {TEMPLATE_FILE} rendered no engine; regenerate it"
         )
     return config
-
-
-# --------------------------------------------------------------------------------------
-# Error messages
-# --------------------------------------------------------------------------------------
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} chars)"
-
-
-def _constraint(e: jsonschema.ValidationError) -> str:
-    v, vv = e.validator, e.validator_value
-    if v == "enum" and isinstance(vv, list):
-        return "one of " + ", ".join(map(str, vv))
-    if v == "const":
-        return f"exactly {vv!r}"
-    if v in ("minimum", "maximum"):
-        return f"{v} {vv}"
-    if v == "maxLength":
-        return f"at most {vv} characters"
-    if v == "pattern":
-        return f"matching {vv}"
-    if v == "type":
-        return f"of type {vv}"
-    return f"{v}: {vv}"
-
-
-def _schema_violation(site: SiteSpec, opts: Mapping[str, Any], schema: Mapping[str, Any]) -> str:
-    """One line per offending variable; the loader's ``ValidationError`` names only one."""
-    props: Mapping[str, Any] = schema.get("properties", {})
-    where = f"see endpoint_configs/{site.name}/{SCHEMA_FILE}"
-    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(dict(opts)))
-    errors.sort(key=_error_rank)
-    lines: dict[str, str] = {}
-    for e in errors:
-        if e.validator == "additionalProperties":
-            for var in sorted(set(opts) - set(props)):
-                lines.setdefault(
-                    var,
-                    (
-                        f"unknown variable {var!r}; allowed variables: {', '.join(props)}. "
-                        "Remove or rename it"
-                    ),
-                )
-        elif e.absolute_path:
-            var = str(e.absolute_path[0])
-            lines.setdefault(var, _violation_line(var, e, props.get(var, {})))
-        else:
-            lines.setdefault("", e.message)
-    if not lines:  # pragma: no cover - the loader raised, so some error exists
-        lines[""] = "invalid"
-    head = f"site {site.name}: user_endpoint_config is not allowed by the site's schema ({where})"
-    return head + ":\n" + "\n".join(f"  - {line}." for line in lines.values())
-
-
-def _error_rank(e: jsonschema.ValidationError) -> int:
-    """Per variable, report a wrong type or format first, then the partition's own bound,
-    then the site-wide bound (which a partition bound makes redundant)."""
-    if e.relative_schema_path and e.relative_schema_path[0] == "properties":
-        return 0 if e.validator in ("type", "enum", "pattern", "maxLength") else 2
-    return 1
-
-
-def _violation_line(var: str, e: jsonschema.ValidationError, prop: Mapping[str, Any]) -> str:
-    sub = e.schema if isinstance(e.schema, Mapping) else {}
-    why = str(sub.get("description") or _constraint(e))
-    if e.validator not in ("not", "pattern", "enum"):
-        why = f"{why} (schema: {_constraint(e)})"
-    allowed = str(prop.get("description", ""))
-    also = f"; allowed: {allowed}" if allowed and allowed not in why else ""
-    return (
-        f"variable {var!r} = {_short(e.instance)} is not allowed: {why}{also}. "
-        f"Change {var} (or pick another partition or site) and resubmit"
-    )
-
-
-def _missing_variable(site: SiteSpec, schema: Mapping[str, Any], e: jinja2.UndefinedError) -> str:
-    m = re.search(r"'(\w+)' is undefined", str(e))
-    var = m.group(1) if m else "?"
-    allowed = schema.get("properties", {}).get(var, {}).get("description", "")
-    return (
-        f"site {site.name}: user_endpoint_config lacks variable {var!r} ({e}), which the "
-        f"site's template needs for this profile. Allowed: {allowed or 'see the schema'}. "
-        f"Add {var} to user_endpoint_config and resubmit."
-    )
 
 
 if __name__ == "__main__":

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import parsl.addresses
 import pytest
 import yaml
 from globus_compute_endpoint.endpoint.config import CoreEndpointConfig, UserEndpointConfig
 from globus_compute_endpoint.endpoint.config.utils import get_config, render_config_user_template
 from parsl.launchers import SimpleLauncher, SrunLauncher
 from parsl.providers import LocalProvider, SlurmProvider
+from parsl.providers.slurm.template import template_string as slurm_template
 
 from federation.endpoint_config import (
     GENERATED_FILES,
@@ -41,6 +43,14 @@ SITES = load_sites()
 SITE_NAMES = site_names()
 PARTITIONS = [(s.name, p.name) for s in SITES for p in s.partitions]
 ADMIN_INIT = 'export PATH="/opt/gce/bin:$PATH"\nexport GLOBUS_COMPUTE_USER_DIR="/tmp/gc dir"'
+INTERFACES = {"eth6.560": "10.56.0.7", "ib0": "172.18.0.9"}
+"""Stand-ins for the sites' worker interfaces (this machine has neither)."""
+
+
+def _address_by_interface(ifname: str) -> str:
+    if ifname not in INTERFACES:
+        raise OSError(19, "No such device")
+    return INTERFACES[ifname]
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +65,8 @@ def _site_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FEDERATION_WORKER_INIT", ADMIN_INIT)
+    # the endpoint's loader looks the function up by name in parsl.addresses
+    monkeypatch.setattr(parsl.addresses, "address_by_interface", _address_by_interface)
 
 
 @contextmanager
@@ -108,6 +120,7 @@ def test_parent_config_loads_as_core_endpoint_config(site: str) -> None:
     assert config.display_name and site in config.display_name
     assert config.pam.enable is False
     assert config.public is (spec.access == "multi-user")
+    assert config.amqp_port == spec.amqp_port == 443
     assert "multi_user" not in (spec.config_dir / "config.yaml").read_text().split("#")[0]
 
 
@@ -153,20 +166,31 @@ def test_task_profile_full_node(site: str, partition: str) -> None:
         assert engine.executor.heartbeat_threshold == 120
         prov = engine.executor.provider
         assert isinstance(prov, SlurmProvider)
+        opts = spec.submit_options(p.name)
         assert prov.partition == p.name
-        assert prov.account == spec.default_account
+        assert prov.account == spec.account_for(p.name)
+        assert (prov.qos, prov.constraint) == (opts.qos, opts.constraint)
+        assert prov.cmd_timeout == spec.slurm_cmd_timeout_s == 60
         assert prov.cores_per_node == p.cpus_per_node
-        assert prov.mem_per_node == p.mem_gb_per_node
+        if opts.mem_request == "allowed":
+            assert prov.mem_per_node == p.mem_gb_per_node
+        else:  # Vista: the scheduler refuses --mem, the node is whole
+            assert prov.mem_per_node is None
         assert prov.walltime == walltime_hms(p.max_walltime_s)
         assert prov.exclusive is False
         assert "--exclusive" not in prov.scheduler_options
         assert (prov.init_blocks, prov.min_blocks, prov.max_blocks) == (0, 0, 1)
         assert prov.nodes_per_block == 1
         assert isinstance(prov.launcher, SimpleLauncher)
-        gres = f"#SBATCH --gres=gpu:{p.gpu_type}:{p.gpus_per_node}\n"
-        assert (gres in prov.scheduler_options) is bool(p.gpus_per_node)
-        assert "--gres" in prov.scheduler_options or not p.gpus_per_node
+        # GPUs as each site documents them: --gpus-per-node=N, or implied by the partition
+        assert "--gres" not in prov.scheduler_options and prov.gres is None
+        by_node = p.gpus_per_node if opts.gpu_request == "gpus-per-node" else None
+        assert prov.gpus_per_node == (by_node or None)
+        gpu_line = f"#SBATCH --gpus-per-node={p.gpus_per_node}\n"
+        assert (gpu_line in prov.scheduler_options) is bool(by_node)
         assert prov.worker_init.startswith(ADMIN_INIT + "\nmodule load foo/1.2")
+        # by interface where the site's is published; else unset (FEDERATION_ENGINE_ADDRESS)
+        assert engine.executor.address == INTERFACES.get(spec.engine_ifname or "")
 
 
 @pytest.mark.parametrize(
@@ -196,8 +220,9 @@ def test_task_profile_defaults(site: str) -> None:
         assert isinstance(prov, SlurmProvider)
         assert (prov.nodes_per_block, prov.cores_per_node, prov.mem_per_node) == (1, 1, None)
         assert prov.walltime == walltime_hms(min(3600, p.max_walltime_s))
-        assert prov.account == spec.default_account
+        assert prov.account == spec.account_for(p.name)
         assert "--gres" not in prov.scheduler_options
+        assert "--job-name" not in prov.scheduler_options
 
 
 def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,7 +240,8 @@ def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) 
         assert config.engine.executor.address == "127.0.0.1"
         prov = config.engine.executor.provider
         assert prov.worker_init.strip() == ""
-        assert "#SBATCH --gres=gpu:l4:2\n" in prov.scheduler_options
+        assert "#SBATCH --gpus-per-node=2\n" in prov.scheduler_options
+        assert "--gres" not in prov.scheduler_options
 
 
 def test_bad_environment_values_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -329,7 +355,15 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "worker_init",
         "not used by profile 'probe'",
     ),
-    ("local", {"cpus": 2}, "partition", "debug, gpu"),  # missing -> jinja UndefinedError
+    ("local", {"cpus": 2}, "partition", "debug, gpu"),  # the task profile requires it
+    ("local", {"profile": "task"}, "partition", "required"),
+    ("delta", {"partition": "cpu", "job_tag": ""}, "job_tag", "1-40"),
+    ("delta", {"partition": "cpu", "job_tag": "a" * 41}, "job_tag", "1-40"),
+    ("delta", {"partition": "cpu", "job_tag": "x\n#SBATCH --qos=hi"}, "job_tag", "1-40"),
+    ("delta", {"partition": "cpu", "job_tag": "x y"}, "job_tag", "1-40"),
+    ("delta", {"partition": "cpu", "job_tag": "t;id"}, "job_tag", "1-40"),
+    ("delta", {"partition": "cpu", "job_tag": 7}, "job_tag", "type string"),
+    ("local", {"profile": "probe", "job_tag": "abc"}, "job_tag", "not used by profile 'probe'"),
     ("local", {"_GC": {"env": {}}, "partition": "debug"}, "_GC", "reserved"),
 ]
 
@@ -471,3 +505,101 @@ def test_shape_user_config_passes_site_schema(site: str, partition: str) -> None
     too_long = dict(uec, walltime=walltime_hms(p.max_walltime_s + 1))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(too_long, schema)
+
+
+# --- site submission facts: accounts, GPUs, memory, address, job tag ----------------------
+
+
+def test_schema_requires_partition_for_task_profile_only() -> None:
+    for spec in SITES:
+        schema = json.loads((spec.config_dir / SCHEMA_FILE).read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        assert not validator.is_valid({})  # profile defaults to task
+        assert not validator.is_valid({"profile": "task", "cpus": 1})
+        assert validator.is_valid({"profile": "probe"})
+        assert validator.is_valid({"partition": spec.partitions[0].name})
+
+
+def test_delta_charges_cpu_and_gpu_partitions_to_their_own_accounts() -> None:
+    delta = load_site("delta")
+    assert delta.account_for("cpu") == "bbka-delta-cpu"
+    assert delta.account_for("gpuA100x4") == delta.account_for("gpuA40x4") == "bbka-delta-gpu"
+    for partition, account in (("cpu", "bbka-delta-cpu"), ("gpuA40x4", "bbka-delta-gpu")):
+        uec = shape_to_user_config(partition, 1, 4, 8, 0, 60, site=delta)
+        assert uec["account"] == account
+        with loaded(delta, {"partition": partition}) as config:  # no account named
+            assert config.engine.executor.provider.account == account
+    # a caller's own account wins
+    assert shape_to_user_config("cpu", 1, 1, 1, 0, 60, "mine", site=delta)["account"] == "mine"
+
+
+def test_vista_sends_neither_gpus_nor_memory() -> None:
+    vista = load_site("vista")
+    opts = shape_to_user_config("gh", 2, 72, 100, 1, 3600, site=vista)
+    with loaded(vista, opts) as config:
+        prov = config.engine.executor.provider
+        assert prov.partition == "gh" and prov.account == "ASC23000"
+        assert prov.gpus_per_node is None and prov.gres is None and prov.mem_per_node is None
+        for option in ("--gpus", "--gres", "--mem"):
+            assert option not in prov.scheduler_options
+
+
+def test_delta_uses_its_interface_and_the_environment_overrides_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    delta = load_site("delta")
+    for profile in ({"partition": "cpu"}, {"profile": "probe"}):
+        with loaded(delta, profile) as config:
+            assert config.engine.executor.address == INTERFACES["eth6.560"]
+    monkeypatch.setenv("FEDERATION_ENGINE_ADDRESS", "127.0.0.1")  # the local federation
+    rendered = yaml.safe_load(render_user_config(delta, {"partition": "cpu"}))
+    assert rendered["engine"]["address"] == "127.0.0.1"
+    with loaded(delta, {"partition": "cpu"}) as config:
+        assert config.engine.executor.address == "127.0.0.1"
+
+
+def test_parsl_writes_its_job_name_before_the_scheduler_options() -> None:
+    """sbatch takes the last of repeated directives, so ours must come after parsl's."""
+    ours = slurm_template.index("${scheduler_options}")
+    assert 0 <= slurm_template.index("#SBATCH --job-name=${jobname}") < ours
+
+
+def test_job_tag_names_the_job_after_the_site_options(tmp_path: Path) -> None:
+    base = load_site("delta").model_dump()
+    base["scheduler_options"] = ["--requeue"]
+    base["partitions"] = list(base["partitions"])
+    base["partitions"][1] |= {"scheduler_options": ["--gpu-bind=closest"], "qos": "gpu-hi"}
+    spec = SiteSpec.model_validate(base)
+    paths = {n: tmp_path / n for n in GENERATED_FILES}
+    for name, content in generate_site_files(spec).items():
+        paths[name].write_text(content)
+    opts = shape_to_user_config("gpuA100x4", 1, 8, 16, 1, 600, site=spec, job_tag="0a1b2c3d")
+    assert opts["job_tag"] == "0a1b2c3d"
+    config = load_user_config(spec, opts, config_dir=tmp_path)
+    try:
+        prov = config.engine.executor.provider
+        lines = prov.scheduler_options.splitlines()
+        assert lines[:3] == [
+            "#SBATCH --requeue",
+            "#SBATCH --gpu-bind=closest",
+            "#SBATCH --job-name=fed.0a1b2c3d",
+        ]
+        assert "#SBATCH --qos=gpu-hi" in lines and "#SBATCH --constraint=scratch" in lines
+        assert "#SBATCH --account=bbka-delta-gpu" in lines
+    finally:
+        config.engine.shutdown()
+    # the cpu partition has only the site's line; no tag, no job-name line
+    config = load_user_config(spec, {"partition": "cpu"}, config_dir=tmp_path)
+    try:
+        prov = config.engine.executor.provider
+        assert prov.scheduler_options.splitlines()[0] == "#SBATCH --requeue"
+        assert prov.qos is None and "--job-name" not in prov.scheduler_options
+    finally:
+        config.engine.shutdown()
+
+
+def test_job_tag_on_a_committed_site() -> None:
+    rendered = yaml.safe_load(
+        render_user_config(load_site("local"), {"partition": "debug", "job_tag": "a.B_9-z"})
+    )
+    assert rendered["engine"]["provider"]["scheduler_options"] == "#SBATCH --job-name=fed.a.B_9-z"
