@@ -15,13 +15,19 @@ import pytest
 from typer.testing import CliRunner
 
 from federation.errors import SiteUnavailableError, UnknownSiteError
-from federation.localslurm import LocalFederation, MissingBinaryError
+from federation.localslurm import LocalFederation, MissingBinaryError, accounts
 from federation.localslurm.cluster import node_ready
 from federation.localslurm.layout import Layout, Ports
 from federation.localslurm.process import pid_running
 from federation.localslurm.render import render_site, render_slurmdbd
-from federation.localslurm.topology import ClusterSpec, cluster_spec, node_name, slurm_duration
-from federation.sites.spec import SiteSpec, load_sites
+from federation.localslurm.topology import (
+    ENFORCE_PARTITION_ACCOUNTS,
+    ClusterSpec,
+    cluster_spec,
+    node_name,
+    slurm_duration,
+)
+from federation.sites.spec import SiteSpec, load_site, load_sites
 
 SPECS = load_sites()
 
@@ -67,7 +73,9 @@ def test_node_lines_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str
             assert node["NodeHostname"] == "localhost" and node["NodeAddr"] == "127.0.0.1"
             assert node["CPUs"] == str(p.cpus_per_node)
             assert node["RealMemory"] == str(p.mem_gb_per_node * 1024)
-            assert node["Features"] == ",".join(p.features)
+            # the partition's features, then those its --constraint names (Delta: scratch)
+            want = list(dict.fromkeys([*p.features, *spec.constraint_features(p.name)]))
+            assert node["Features"].split(",") == want
             if p.gpu_type:
                 assert node["Gres"] == f"gpu:{p.gpu_type}:{p.gpus_per_node}"
             else:
@@ -85,6 +93,67 @@ def test_partitions_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str
             node_name(spec.name, p.name, i) for i in range(1, p.nodes_local + 1)
         ]
     assert [p["Default"] for p in parts].count("YES") == 1
+    restricted = ENFORCE_PARTITION_ACCOUNTS and len(spec.accounts) > 1
+    assert all(("AllowAccounts" in line) is restricted for line in parts)
+
+
+def test_constrained_jobs_find_their_feature() -> None:
+    delta = cluster_spec(load_site("delta"), Ports())
+    assert all("scratch" in n.features for n in delta.nodes)
+    vista = cluster_spec(load_site("vista"), Ports())
+    assert not any("scratch" in n.features for n in vista.nodes)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_partition_accounts_when_enforced(spec: SiteSpec, tmp_path: Path) -> None:
+    cluster = cluster_spec(spec, Ports(), enforce_partition_accounts=True)
+    conf = render_site(cluster, Layout.for_home(tmp_path), Ports(), "tester")["slurm.conf"]
+    for line in _conf_lines(conf, "PartitionName"):
+        if len(spec.accounts) > 1:  # Delta: -cpu on cpu, -gpu on the GPU partitions
+            assert line["AllowAccounts"] == spec.account_for(line["PartitionName"]).lower()
+        else:  # one account: association enforcement alone refuses any other
+            assert "AllowAccounts" not in line
+
+
+def test_register_adds_every_partition_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[list[str]]] = []
+    delta, vista = load_site("delta"), load_site("vista")
+    monkeypatch.setattr(accounts, "_clusters", lambda env: {"delta"})
+    monkeypatch.setattr(
+        accounts, "_accounts", lambda env: {("delta", "bbka-delta"), ("delta", "bbka-delta-cpu")}
+    )
+    # the user is associated with an account Delta no longer charges, and it is the default
+    monkeypatch.setattr(
+        accounts, "_user_assocs", lambda env, user: {("delta", "bbka-delta"): "bbka-delta"}
+    )
+    monkeypatch.setattr(accounts, "_parallel", lambda cmds, env: ran.append(cmds))
+    accounts.register([delta, vista], "me", {})
+    assert ran[0] == [["add", "cluster", "vista"]]
+    added = {c[2] for c in ran[1]}
+    assert added == {"bbka-delta-gpu", "asc23000"}  # bbka-delta-cpu existed
+    assert sorted(ran[2]) == [
+        ["add", "user", "me", "account=asc23000", "cluster=vista", "defaultaccount=asc23000"],
+        [
+            "add",
+            "user",
+            "me",
+            "account=bbka-delta-cpu,bbka-delta-gpu",
+            "cluster=delta",
+            "defaultaccount=bbka-delta-cpu",
+        ],
+    ]
+    assert ran[3] == [
+        [
+            "modify",
+            "user",
+            "where",
+            "name=me",
+            "cluster=delta",
+            "set",
+            "defaultaccount=bbka-delta-cpu",
+        ]
+    ]
+    assert len(ran) == 4
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -267,15 +336,16 @@ def test_shaped_job_sees_its_allocation(
 ) -> None:
     spec = fed.clusters["delta"].spec.site
     out = tmp_path / "env.txt"
-    job = _sbatch(
+    job = _sbatch(  # as the endpoint template submits it: --gpus-per-node, never --gres
         fed,
         "delta",
         [
             "--partition=gpuA100x4",
-            "--gres=gpu:a100:2",
+            "--gpus-per-node=2",
+            "--constraint=scratch",
             "--cpus-per-task=4",
             "--mem=8G",
-            f"--account={spec.default_account}",
+            f"--account={spec.account_for('gpuA100x4')}",
             "--time=5",
             f"--output={out}",
             f"--chdir={tmp_path}",
@@ -290,7 +360,7 @@ def test_shaped_job_sees_its_allocation(
     assert env["SLURM_CPUS_PER_TASK"] == "4" and env["SLURM_CPUS_ON_NODE"] == "4"
     assert env["SLURM_MEM_PER_NODE"] == "8192"
     assert env["SLURM_JOB_GPUS"] == "0,1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert env["SLURM_JOB_ACCOUNT"] == spec.default_account.lower()
+    assert env["SLURM_JOB_ACCOUNT"] == spec.account_for("gpuA100x4").lower()
     assert env["SLURM_JOB_NODELIST"].startswith("delta-gpua100x4-")
 
     deadline, state = time.monotonic() + 60, ""
@@ -310,6 +380,63 @@ def test_shaped_job_sees_its_allocation(
 def test_wrong_account_is_rejected(fed: LocalFederation) -> None:
     proc = fed.run("vista", ["sbatch", "--account=nobody-here", "--wrap", "true"])
     assert proc.returncode != 0 and "Invalid account" in proc.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_every_partition_takes_its_own_account(
+    fed: LocalFederation, spec: SiteSpec, jobs: list[tuple[str, str]]
+) -> None:
+    for p in spec.partitions:
+        opts = spec.submit_options(p.name)
+        args = [f"--partition={p.name}", f"--account={opts.account}", "--hold", "--time=1"]
+        if opts.constraint:
+            args.append(f"--constraint={opts.constraint}")
+        if p.gpus_per_node and opts.gpu_request == "gpus-per-node":
+            args.append(f"--gpus-per-node={p.gpus_per_node}")
+        _sbatch(fed, spec.name, [*args, "--output=/dev/null", "--wrap", "true"], jobs)
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(not ENFORCE_PARTITION_ACCOUNTS, reason="AllowAccounts not rendered yet")
+def test_gpu_job_charged_to_the_cpu_account_is_refused(fed: LocalFederation) -> None:
+    delta = fed.clusters["delta"].spec.site
+    proc = fed.run(
+        "delta",
+        [
+            "sbatch",
+            "--partition=gpuA100x4",
+            f"--account={delta.account_for('cpu')}",
+            "--gpus-per-node=1",
+            "--wrap",
+            "true",
+        ],
+    )
+    assert proc.returncode != 0 and "account" in proc.stderr.lower(), proc.stderr
+
+
+@pytest.mark.slurm
+def test_vista_gpu_partition_needs_no_gpu_request(
+    fed: LocalFederation, jobs: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    """As the Vista template submits: partition, account, no --gres/--gpus and no --mem."""
+    out = tmp_path / "env.txt"
+    job = _sbatch(
+        fed,
+        "vista",
+        [
+            "--partition=gh",
+            "--account=ASC23000",
+            "--cpus-per-task=2",
+            "--time=2",
+            f"--output={out}",
+            "--wrap",
+            "echo partition=$SLURM_JOB_PARTITION",
+        ],
+        jobs,
+    )
+    _wait_gone(fed, "vista", job)
+    assert out.read_text().strip() == "partition=gh"
 
 
 @pytest.mark.slurm

@@ -1,6 +1,9 @@
-"""Register clusters, each site's default account and the current user with slurmdbd.
+"""Register clusters, each site's accounts and the current user with slurmdbd.
 
-Idempotent: two queries read what exists and only the missing pieces are added. The site's
+Every account a site charges is registered (``SiteSpec.accounts``: Delta's ``-cpu`` and
+``-gpu``, Anvil's ``-gpu`` and ``-ai``) with a user association, so slurm.conf's
+``AccountingStorageEnforce=associations`` refuses any other account, as the site does.
+Idempotent: three queries read what exists and only the missing pieces are added. The site's
 ``default_account`` becomes the user's default account on that cluster. Slurm stores account
 names in lowercase (``ASC23000`` -> ``asc23000``), so comparisons are case-insensitive.
 
@@ -103,30 +106,34 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
         steps.append([["add", "cluster", ",".join(missing)]])
     add_accounts, add_users, set_defaults = [], [], []
     for s in sites:
-        acct = s.default_account.lower()
-        if (s.name, acct) not in accounts:
-            add_accounts.append(
-                [
-                    "add",
-                    "account",
-                    acct,
-                    f"cluster={s.name}",
-                    f"description={s.name} default account",
-                    f"organization={s.institution.lower()}",
-                ]
-            )
-        if (s.name, acct) not in assocs:
+        default = s.default_account.lower()
+        wanted = [a.lower() for a in s.accounts]
+        for acct in wanted:
+            if (s.name, acct) not in accounts:
+                add_accounts.append(
+                    [
+                        "add",
+                        "account",
+                        acct,
+                        f"cluster={s.name}",
+                        f"description={s.name} account",
+                        f"organization={s.institution.lower()}",
+                    ]
+                )
+        unassociated = [a for a in wanted if (s.name, a) not in assocs]
+        if unassociated:  # one command per site: its associations in one go
             add_users.append(
                 [
                     "add",
                     "user",
                     user,
-                    f"account={acct}",
+                    f"account={','.join(unassociated)}",
                     f"cluster={s.name}",
-                    f"defaultaccount={acct}",
+                    f"defaultaccount={default}",
                 ]
             )
-        elif assocs[(s.name, acct)] != acct:
+        current = {d for (cluster, _), d in assocs.items() if cluster == s.name}
+        if current - {default}:  # e.g. an account the site no longer charges
             set_defaults.append(
                 [
                     "modify",
@@ -135,10 +142,11 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
                     f"name={user}",
                     f"cluster={s.name}",
                     "set",
-                    f"defaultaccount={acct}",
+                    f"defaultaccount={default}",
                 ]
             )
-    steps += [cmds for cmds in (add_accounts, add_users + set_defaults) if cmds]
+    # the default's association must exist before it is made the default
+    steps += [cmds for cmds in (add_accounts, add_users, set_defaults) if cmds]
     for cmds in steps:
         _parallel(cmds, full_env)
     done = [" ".join(c) for cmds in steps for c in cmds]

@@ -243,7 +243,7 @@ class LocalFederation:
 
     def _register_accounts(self) -> None:
         stamp = mariadb.data_dir(self.layout) / "federation-accounts"
-        want = "\n".join(sorted(f"{s.name} {s.default_account} {self.user}" for s in self.specs))
+        want = "\n".join(sorted(f"{s.name} {' '.join(s.accounts)} {self.user}" for s in self.specs))
         if stamp.exists() and stamp.read_text() == want:
             return
         first = next(iter(self.clusters.values()))

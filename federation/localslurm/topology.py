@@ -1,4 +1,10 @@
-"""The emulated nodes of one site's cluster: names, ports and sizes, from its SiteSpec."""
+"""The emulated nodes of one site's cluster: names, ports and sizes, from its SiteSpec.
+
+The same description as the site's endpoint config: each node carries the features its
+partition's ``--constraint`` names (Delta's ``scratch``), so the constrained jobs schedule;
+GPUs stay in gres.conf (backed by /dev/null), which ``--gpus-per-node`` needs. Vista's GPUs
+are implied by the partition, so its jobs ask for none and get none locally.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ class PartitionLayout(Frozen):
     max_time: str
     def_mem_per_cpu_mb: int = Field(gt=0)
     default: bool
+    allow_accounts: tuple[str, ...] = ()
+    """Accounts admitted (lowercase, as slurmdbd stores them); empty: any associated one."""
 
 
 class ClusterSpec(Frozen):
@@ -81,12 +89,30 @@ def slurm_duration(seconds: int) -> str:
     return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
+ENFORCE_PARTITION_ACCOUNTS = False
+"""Whether each partition admits only the account its site charges there (``AllowAccounts``),
+so a Delta GPU job charged to ``<proj>-delta-cpu`` is refused as on the site. Off until the
+placement code charges ``SiteSpec.account_for(partition)`` rather than the site's default
+account (federation/placement.py); every account is registered either way."""
+
+
 def _def_mem_per_cpu(p: PartitionSpec) -> int:
     return max(1, p.mem_gb_per_node * 1024 // p.cpus_per_node)
 
 
-def cluster_spec(site: SiteSpec, ports: Ports) -> ClusterSpec:
-    """Lay out ``site`` as a cluster: ``nodes_local`` nodes per partition, one port each."""
+def _node_features(site: SiteSpec, p: PartitionSpec) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*p.features, *site.constraint_features(p.name))))
+
+
+def cluster_spec(
+    site: SiteSpec, ports: Ports, enforce_partition_accounts: bool = ENFORCE_PARTITION_ACCOUNTS
+) -> ClusterSpec:
+    """Lay out ``site`` as a cluster: ``nodes_local`` nodes per partition, one port each.
+
+    With ``enforce_partition_accounts`` and a site that charges partitions to different
+    accounts, each partition admits only its own account.
+    """
+    per_partition = enforce_partition_accounts and len(site.accounts) > 1
     idx = site_index(site.name)
     slugs = [node_slug(p.name) for p in site.partitions]
     if len(set(slugs)) != len(slugs):
@@ -105,7 +131,7 @@ def cluster_spec(site: SiteSpec, ports: Ports) -> ClusterSpec:
                     real_memory_mb=p.mem_gb_per_node * 1024,
                     gpus=p.gpus_per_node,
                     gpu_type=p.gpu_type,
-                    features=p.features,
+                    features=_node_features(site, p),
                 )
             )
         partitions.append(
@@ -115,6 +141,7 @@ def cluster_spec(site: SiteSpec, ports: Ports) -> ClusterSpec:
                 max_time=slurm_duration(p.max_walltime_s),
                 def_mem_per_cpu_mb=_def_mem_per_cpu(p),
                 default=i == 0,
+                allow_accounts=(site.account_for(p.name).lower(),) if per_partition else (),
             )
         )
     return ClusterSpec(
