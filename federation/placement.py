@@ -195,7 +195,7 @@ def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) ->
         gpus=envelope.gpus_min,
         gpu_type=part.gpu_type if envelope.gpus_min else None,
         walltime_s=envelope.walltime_s,
-        account=envelope.account or site.default_account,
+        account=envelope.account or site.account_for(part.name),
     )
 
 

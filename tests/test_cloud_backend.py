@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -252,6 +253,15 @@ def submit_requests() -> list[Any]:
     return [c for c in responses.calls if c.request.url.endswith("/submit")]
 
 
+def task_submits() -> list[Any]:
+    """Submissions of tasks (not the login-node shell functions that read squeue)."""
+    return [
+        c
+        for c in submit_requests()
+        if json.loads(c.request.body)["user_endpoint_config"].get("profile") != "probe"
+    ]
+
+
 def test_submit_goes_through_the_real_sdk_with_shape_and_token(
     site: CloudSite, cloud: Cloud, client: Client
 ) -> None:
@@ -259,8 +269,11 @@ def test_submit_goes_through_the_real_sdk_with_shape_and_token(
     # the SDK's submit thread posts the batch; the future learns its task id from it
     tid = _wait_task_id(fut)
     assert tid in cloud.task_ids
-    (body,) = cloud.submits
-    assert body["user_endpoint_config"] == shape_to_user_config(
+    (body,) = [b for b in cloud.submits if b["user_endpoint_config"]["profile"] == "task"]
+    uec = dict(body["user_endpoint_config"])
+    tag = uec.pop("job_tag")  # its batch job is named fed.<tag>, to be found and withdrawn
+    assert re.fullmatch(r"[0-9a-f]{20}", tag), tag
+    assert uec == shape_to_user_config(
         partition="cpu", nodes=1, cpus=4, mem_gb=8, gpus=0, walltime_s=600, account="bbka-delta"
     )
     assert body["task_group_id"] == str(site.task_group_id)
@@ -282,7 +295,8 @@ def test_one_executor_per_user_endpoint_config_never_mutated(site: CloudSite) ->
     )
     ex = site.executor(uec)
     assert ex.user_endpoint_config == uec  # the first shape's executor kept its config
-    assert len(site._executors) == 2
+    shapes = [k for k in site._executors if '"probe"' not in k]  # the probe's reads squeue
+    assert len(shapes) == 2
 
 
 def test_offline_endpoint_is_site_unavailable_and_nothing_is_sent(
@@ -302,7 +316,7 @@ def test_endpoint_back_online_is_noticed_without_restart(site: CloudSite, cloud:
         site.submit(ShellTask(command="true"), SHAPE)
     cloud.status("online")
     _wait_task_id(site.submit(ShellTask(command="true"), SHAPE))
-    assert len(submit_requests()) == 1
+    assert len(task_submits()) == 1
 
 
 def test_unknown_endpoint_id_names_the_config_field(site: CloudSite, cloud: Cloud) -> None:

@@ -55,8 +55,8 @@ def test_shaped_tasks_run_in_matching_slurm_allocations(
 ) -> None:
     envelopes = {
         "cpu": ResourceEnvelope(cpus_min=4, mem_gb_min=8, walltime_s=600, sites=("local",)),
-        "gpu1": ResourceEnvelope(
-            gpus_min=1, cpus_min=2, mem_gb_min=4, walltime_s=600, sites=("vista",)
+        "gpu1": ResourceEnvelope(  # --gpus-per-node, as Anvil documents
+            gpus_min=1, cpus_min=2, mem_gb_min=4, walltime_s=600, sites=("anvil",)
         ),
         "gpu4": ResourceEnvelope(
             gpus_min=4, cpus_min=8, mem_gb_min=16, walltime_s=600, sites=("deltaai",)
@@ -141,7 +141,8 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
                     "--parsable",
                     f"--job-name={tag}",
                     "--partition=gpuA100x4",
-                    "--gres=gpu:a100:4",
+                    "--account=bbka-delta-gpu",  # Delta charges GPU partitions apart
+                    "--gpus-per-node=4",
                     "--cpus-per-task=8",
                     "--mem=8G",
                     "--time=00:30:00",

@@ -4,11 +4,16 @@ same functions run against the local clusters in the cloud path of the slurm sui
 from __future__ import annotations
 
 import subprocess
+import time
+from concurrent.futures import Future
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from federation.sites import jobtags
+from federation.sites.jobwatch import TaggedJobs
 
 TAG = "0a1b2c3d4e5f60718293"
 
@@ -87,3 +92,81 @@ def test_the_cancel_function_leaves_the_marker_and_cancels_only_a_pending_job(
         calls = log.read_text().splitlines()
         assert calls[0] == f"squeue --noheader --name=fed.{TAG} --format=%T"
         assert (f"scancel --state=PENDING --name=fed.{TAG}" in calls) is cancels, calls
+
+
+class _Site:
+    """The login node's answers to the two shell functions, as a queue the test sets."""
+
+    def __init__(self) -> None:
+        self.queue: dict[str, tuple[str, str]] = {}  # tag -> (job id, state)
+        self.commands: list[str] = []
+
+    def run(self, command: str) -> Future[Any]:
+        self.commands.append(command)
+        fut: Future[Any] = Future()
+        if command.startswith("squeue"):
+            lines = [
+                f"fed.{t}|{j}|{s}" for t, (j, s) in self.queue.items() if f"fed.{t}" in command
+            ]
+            fut.set_result(SimpleNamespace(returncode=0, stdout="\n".join(lines), stderr=""))
+        else:
+            tag = command.split("--name=fed.")[1].split()[0]
+            before = self.queue.get(tag, ("", ""))[1]
+            fut.set_result(SimpleNamespace(returncode=0, stdout=f"state:{before}\n", stderr=""))
+        return fut
+
+
+def _task(task_id: str) -> Future[Any]:
+    fut: Future[Any] = Future()
+    fut.task_id = task_id  # type: ignore[attr-defined]
+    return fut
+
+
+def _until(check: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.01)
+
+
+def test_a_start_is_reported_once_with_its_job_and_a_started_task_is_not_withdrawn() -> None:
+    site = _Site()
+    jobs = TaggedJobs("delta", site.run, check_s=0.05)
+    seen: list[tuple[str, str | None]] = []
+    jobs.on_started(lambda tid, job: seen.append((tid, job)))
+    try:
+        a, b = _task("task-a"), _task("task-b")
+        jobs.track("a" * 20, a)
+        jobs.track("b" * 20, b)
+        site.queue = {"a" * 20: ("11", "PENDING"), "b" * 20: ("12", "PENDING")}
+        _until(lambda: jobs.checks >= 2)
+        assert seen == []
+        site.queue["a" * 20] = ("11", "RUNNING")
+        _until(lambda: seen == [("task-a", "11")])
+        _until(lambda: jobs.checks >= 6)
+        assert seen == [("task-a", "11")]  # once
+        assert jobs.withdraw("task-a") is False  # it started: it runs to its end
+        assert jobs.withdraw("task-b") is True  # pending: marker left, job cancelled
+        assert any(c.startswith("mkdir -p") and "b" * 20 in c for c in site.commands)
+        assert jobs.withdraw("task-b") is False  # once
+        assert jobs.withdraw("no-such-task") is False
+    finally:
+        jobs.close()
+
+
+def test_a_task_that_ended_unseen_is_looked_for_once_more() -> None:
+    """A short task may start and end between two reads of squeue: its block lingers
+    while idle, so one last look still names its job."""
+    site = _Site()
+    jobs = TaggedJobs("delta", site.run, check_s=30.0)  # no second round in this test
+    seen: list[tuple[str, str | None]] = []
+    jobs.on_started(lambda tid, job: seen.append((tid, job)))
+    try:
+        fut = _task("task-c")
+        jobs.track("c" * 20, fut)
+        _until(lambda: jobs.checks == 1)  # the first round saw nothing
+        site.queue = {"c" * 20: ("13", "CANCELLED")}  # released after idling
+        fut.set_result(0)
+        _until(lambda: seen == [("task-c", "13")])
+    finally:
+        jobs.close()

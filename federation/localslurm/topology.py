@@ -89,11 +89,10 @@ def slurm_duration(seconds: int) -> str:
     return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
-ENFORCE_PARTITION_ACCOUNTS = False
+ENFORCE_PARTITION_ACCOUNTS = True
 """Whether each partition admits only the account its site charges there (``AllowAccounts``),
-so a Delta GPU job charged to ``<proj>-delta-cpu`` is refused as on the site. Off until the
-placement code charges ``SiteSpec.account_for(partition)`` rather than the site's default
-account (federation/placement.py); every account is registered either way."""
+so a Delta GPU job charged to ``<proj>-delta-cpu`` is refused as on the site (placement
+charges ``SiteSpec.account_for(partition)``); every account is registered either way."""
 
 
 def _def_mem_per_cpu(p: PartitionSpec) -> int:

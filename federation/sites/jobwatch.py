@@ -57,7 +57,7 @@ class TaggedJobs:
         self._last_looks: set[str] = set()
         """Tags of tasks that ended unseen: looked for once more, then forgotten."""
         self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._urgent = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
         self.checks = 0
@@ -85,6 +85,7 @@ class TaggedJobs:
             if x.reported or x.withdrawn or self._closed:
                 return
             self._last_looks.add(x.tag)
+        self._urgent.set()
         self._wake.set()
 
     def _find(self, task_id: str) -> _Tracked | None:
@@ -105,8 +106,11 @@ class TaggedJobs:
                     return
 
     def _wait_closed(self, seconds: float) -> bool:
-        # not the wake event: tags tracked meanwhile join the next round
-        return self._stop.wait(seconds)
+        """Wait out the interval (tasks tracked meanwhile join the next round); a last look
+        for a task that ended unseen cuts it short, as its job is released soon."""
+        self._urgent.wait(seconds)
+        self._urgent.clear()
+        return self._closed
 
     def _check_once(self) -> bool:
         """One ``squeue`` round; True while tracked tasks remain unstarted."""
@@ -198,5 +202,5 @@ class TaggedJobs:
 
     def close(self) -> None:
         self._closed = True
-        self._stop.set()
+        self._urgent.set()
         self._wake.set()
