@@ -101,7 +101,9 @@ class LocalSites:
         path); ``accounts`` and ``budgets_core_hours`` per site feed the credit probe.
         """
         cloud = self.path == "cloud"
-        service = self.service = LocalComputeService(strict=cloud)
+        # the cloud remembers a client's task groups across the client's restarts
+        memory = self.home / "compute-service.db" if cloud else None
+        service = self.service = LocalComputeService(strict=cloud, memory=memory)
         self._services.append(service)
         for spec in self.specs:
             service.add_endpoint(

@@ -2,9 +2,10 @@
 
 The Globus Compute service has no task cancel, so the coordinator withdraws a queued copy on
 the site itself: it leaves a marker file in the user's home (shared by the login and compute
-nodes on every site) and ``scancel``s the copy's tagged Slurm job. The engine may still hand
-the task to a worker (it starts a fresh block for a task whose block was cancelled); the
-task then finds the marker and stops before running anything of the scientist's.
+nodes on every site) and ``scancel``s the copy's tagged Slurm job. The endpoint's engine
+(parsl) then finds the job gone and fails the task itself (the job is MISSING); should an
+engine queue a fresh block for the task instead, the task finds the marker when that block
+starts and stops before running anything of the scientist's.
 """
 
 from typing import Any

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sqlite3
 import threading
 import time
 import uuid
@@ -105,9 +106,18 @@ class InProcessResultWatcher(_ResultWatcher):  # type: ignore[misc]
 
 
 class LocalComputeService:
-    """In-process stand-in for the Globus Compute web service and its result queues."""
+    """In-process stand-in for the Globus Compute web service and its result queues.
 
-    def __init__(self) -> None:
+    ``strict``: exactly what the real service offers a client: no task cancel, no word of a
+    task's start or Slurm job (only its results), and a memory of task groups that outlives
+    this object (``memory``: a SQLite file, as the cloud never forgets a client's tasks
+    across the client's restarts). Not strict (the embedded federation): :meth:`cancel`
+    asks the endpoint, started listeners hear of each start, :meth:`adopt_task` re-teaches.
+    """
+
+    def __init__(self, *, strict: bool = False, memory: Path | None = None) -> None:
+        self.strict = strict
+        self._memory = _TaskMemory(memory) if memory is not None else None
         self._lock = threading.RLock()
         self._functions: dict[str, dict[str, Any]] = {}
         self._tasks: dict[str, _TaskRecord] = {}
@@ -132,6 +142,11 @@ class LocalComputeService:
             self._endpoints[eid] = _Endpoint(site=site, conn=conn)
 
     def on_started(self, listener: StartedListener) -> None:
+        if self.strict:
+            raise RuntimeError(
+                "the Globus Compute service tells a client nothing about a task's start; "
+                "learn it from the site (federation.sites.jobwatch)"
+            )
         self._started_listeners.append(listener)
 
     def client(self) -> Client:
@@ -346,6 +361,8 @@ class LocalComputeService:
                     self._tasks[tid] = rec
                     self._groups.setdefault(tg, []).append(tid)
                     ep.task_ids.add(tid)
+                if self._memory is not None:
+                    self._memory.remember(tid, endpoint_id, tg)
                 try:
                     ep.conn.request(
                         {
@@ -432,10 +449,48 @@ class LocalComputeService:
     def _task_group(self, _body: Any, tg: str) -> dict[str, Any]:
         with self._lock:
             ids = list(self._groups.get(tg, []))
+        if self._memory is not None:  # tasks an earlier client (process) submitted
+            for tid, eid in self._memory.group(tg):
+                if tid not in ids:
+                    ids.append(tid)
+                    self._relearn(tid, eid, tg)
         return {"taskgroup_id": tg, "tasks": [{"id": t} for t in ids]}
+
+    def _relearn(self, tid: str, endpoint_id: str, tg: str) -> None:
+        """A remembered task this object has not seen: ask its endpoint where it stands."""
+        with self._lock:
+            if tid in self._tasks:
+                return
+            rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
+            self._tasks[tid] = rec
+            self._groups.setdefault(tg, []).append(tid)
+            ep = self._endpoints.get(endpoint_id)
+            if ep is not None:
+                ep.task_ids.add(tid)
+        if ep is None:
+            return
+        try:
+            found = ep.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
+        except SiteUnavailableError as e:
+            logger.warning("re-learning task %s: endpoint %s not asked: %s", tid, endpoint_id, e)
+            self._on_endpoint_lost(endpoint_id)  # settled when it is back
+            return
+        info = found.get(tid)
+        if info is None:
+            msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
+            self._complete(rec, _lost(tid, msg), time.time())
+            return
+        with self._lock:
+            if info["status"] == "running" and rec.result is None:
+                rec.status = "running"
+        if info.get("result"):
+            res = messagepack.unpack(protocol.unb64(info["result"]))
+            self._complete(rec, res, float(info.get("completed_at") or time.time()))
 
     def adopt_task(self, task_id: str, endpoint_id: uuid.UUID, task_group_id: uuid.UUID) -> None:
         """Re-learn a task after a restart (the real cloud never forgets; this one can)."""
+        if self.strict:
+            raise RuntimeError("the Globus Compute service remembers its tasks on its own")
         with self._lock:
             if task_id in self._tasks:
                 return
@@ -448,12 +503,48 @@ class LocalComputeService:
             rec.task_group_id = str(task_group_id)
 
     def cancel(self, task_id: str) -> tuple[bool, str]:
+        if self.strict:
+            raise RuntimeError(
+                "the Globus Compute service has no task cancel; withdraw the task on its "
+                "site (federation.sites.jobtags: marker and scancel of its tagged job)"
+            )
         rec = self._tasks.get(task_id)
         if rec is None:
             return False, "unknown task"
         ep = self._endpoint(rec.endpoint_id)
         reply = ep.conn.request({"op": "cancel", "task_id": task_id})
         return bool(reply.get("ok")), str(reply.get("reason", ""))
+
+
+class _TaskMemory:
+    """The service's memory of task groups: (task, endpoint, group) rows in SQLite."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, endpoint_id TEXT "
+            "NOT NULL, task_group_id TEXT NOT NULL, submitted_at REAL NOT NULL)"
+        )
+        self._db.execute("CREATE INDEX IF NOT EXISTS by_group ON tasks(task_group_id)")
+        self._lock = threading.Lock()
+
+    def remember(self, task_id: str, endpoint_id: str, task_group_id: str) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
+                (task_id, endpoint_id, task_group_id, time.time()),
+            )
+
+    def group(self, task_group_id: str) -> list[tuple[str, str]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT task_id, endpoint_id FROM tasks WHERE task_group_id=? "
+                "ORDER BY submitted_at",
+                (task_group_id,),
+            ).fetchall()
+        return [(str(t), str(e)) for t, e in rows]
 
 
 def _lost(task_id: str, message: str) -> Result:
