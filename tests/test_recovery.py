@@ -37,8 +37,9 @@ def test_store_keeps_events_and_continues_the_sequence(tmp_path: Path) -> None:
     assert Store(tmp_path / "c.db").task_group_id() == store.task_group_id()
 
 
+@pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_mid_run_then_restart_accounts_for_every_task(
-    local_federation: Any, tmp_path: Path
+    local_federation: Any, tmp_path: Path, path: str
 ) -> None:
     home = local_federation.home
     LocalSites(home=home).up()
@@ -52,7 +53,7 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
     )
     try:
         assert child.stdout is not None
@@ -63,7 +64,7 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(10)
-    local = LocalSites(home=home)
+    local = LocalSites(home=home, path=path)  # the cloud path: the service remembers
     coord = local.connect(durable=True, telemetry=False)
     try:
         for tid in ids:
@@ -89,8 +90,9 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
         coord.store.tasks()
 
 
+@pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_during_a_group_then_restart_reattaches_the_group(
-    local_federation: Any, tmp_path: Path
+    local_federation: Any, tmp_path: Path, path: str
 ) -> None:
     home = local_federation.home
     LocalSites(home=home).up()
@@ -109,7 +111,7 @@ def test_sigkill_during_a_group_then_restart_reattaches_the_group(
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
     )
     try:
         assert child.stdout is not None
@@ -129,7 +131,7 @@ def test_sigkill_during_a_group_then_restart_reattaches_the_group(
     assert row["state"] == "running"
     assert {r["id"] for r in store.tasks()} >= set(ids)
     store.close()
-    local = LocalSites(home=home)
+    local = LocalSites(home=home, path=path)  # the cloud path: the service remembers
     coord = local.connect(durable=True, telemetry=False)
     try:
         g = coord.groups.get(gid)
