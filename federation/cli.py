@@ -36,7 +36,7 @@ PathOpt = Annotated[
         envvar="FEDERATION_PATH",
         help="how the local sites are reached: embedded (the offline service's shortcuts) or "
         "cloud (exactly what real endpoints offer, through the strict stand-in of the Globus "
-        "Compute service) ($FEDERATION_PATH; default embedded)",
+        "Compute service) ($FEDERATION_PATH; default: cloud for demo, embedded otherwise)",
         show_default=False,
     ),
 ]

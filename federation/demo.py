@@ -9,6 +9,7 @@ fires, then checks each granted shape against what the job itself saw.
 from __future__ import annotations
 
 import threading
+import os
 import time
 from dataclasses import dataclass
 
@@ -151,10 +152,11 @@ def run_demo(
     path: str | None = None,
 ) -> int:
     """Run the round; returns a process exit code (0 when every check passed). ``path``:
-    how the sites are reached (:data:`federation.local.PATHS`)."""
+    how the sites are reached (:data:`federation.local.PATHS`; default ``$FEDERATION_PATH``,
+    else ``cloud``: the round goes through what real endpoints offer)."""
     console = wide_console()
     t0 = time.monotonic()
-    local = LocalSites(sites=sites, path=path)
+    local = LocalSites(sites=sites, path=path or os.environ.get("FEDERATION_PATH") or "cloud")
     console.rule("[bold]1. Local federation")
     timings = local.up()
     console.print(

@@ -22,12 +22,15 @@ from federation.snapshot import SiteHealth
 
 
 @pytest.mark.slurm
+@pytest.mark.parametrize("local_path", ["embedded", "cloud"])
 def test_doctor_passes_on_the_strict_local_sites(
-    local: Any, tmp_path_factory: pytest.TempPathFactory
+    local: Any, tmp_path_factory: pytest.TempPathFactory, local_path: str
 ) -> None:
+    """On both paths; the cloud one is what a real deployment has (the strict stand-in of
+    the Globus service: cancel by scancel of the tagged job, starts from squeue)."""
     path = tmp_path_factory.mktemp("doctor") / "federation.yaml"
     sites = "".join(f"  {s}:\n    backend: local\n" for s in ("local", "vista"))
-    path.write_text(f"home: {local.home}\nsites:\n{sites}")
+    path.write_text(f"home: {local.home}\nlocal_path: {local_path}\nsites:\n{sites}")
     r = CliRunner().invoke(cli_app, ["doctor", "--config", str(path), "--json"])
     assert r.exit_code == 0, r.output
     reports = json.loads(r.stdout)

@@ -129,7 +129,8 @@ class TaggedJobs:
                 timeout=SHELL_TIMEOUT_S
             )
         except Exception as e:
-            logger.warning("site %s: could not read squeue for tagged jobs: %s", self.site, e)
+            if not self._closed:  # closing stops the result watcher the read waits on
+                logger.warning("site %s: could not read squeue for tagged jobs: %s", self.site, e)
             return True
         if getattr(res, "returncode", 0) != 0:
             logger.warning(

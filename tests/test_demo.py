@@ -1,0 +1,17 @@
+"""The main job's round (``scripts/demo``) through the strict stand-in of the Globus service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from federation.demo import run_demo
+
+pytestmark = pytest.mark.slurm
+
+
+def test_the_demo_round_passes_on_the_cloud_path(local: Any) -> None:
+    """Every check of the round (placement, shapes seen inside the jobs, the expected
+    failure with its traceback, three systems used) on the path real endpoints offer."""
+    assert run_demo(path="cloud") == 0
