@@ -8,8 +8,8 @@ fires, then checks each granted shape against what the job itself saw.
 
 from __future__ import annotations
 
-import threading
 import os
+import threading
 import time
 from dataclasses import dataclass
 
