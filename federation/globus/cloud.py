@@ -285,5 +285,5 @@ class CloudSite(ComputeSite):
 
     def close(self) -> None:
         if self.jobs is not None:
-            self.jobs.close()
+            self.jobs.close()  # first: its thread must not make a new executor after this
         super().close()

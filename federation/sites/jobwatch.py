@@ -121,7 +121,7 @@ class TaggedJobs:
                 del self._tracked[tag]
             waiting = [x for x in self._tracked.values() if not x.reported and not x.withdrawn]
             waiting += [x for x in last if not x.reported]
-        if not waiting:
+        if not waiting or self._closed:  # closed: the site's executors are gone
             return False
         self.checks += 1
         try:
@@ -173,7 +173,7 @@ class TaggedJobs:
         Does not wait for the site (it may be called from a result callback): the outcome is
         logged when the shell function returns."""
         x = self._find(task_id)
-        if x is None or x.future.done():
+        if x is None or x.future.done() or self._closed:
             return False
         with self._lock:
             if x.reported or x.state in jobtags.STARTED_STATES or x.withdrawn:
