@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
@@ -22,7 +23,9 @@ class EndpointConnection:
 
     Replies are matched to requests by id; every other message is an event handed to
     ``on_event`` on the reader thread. If the daemon goes away, pending requests fail with
-    :class:`SiteUnavailableError` and the next request reconnects.
+    :class:`SiteUnavailableError` and the next request (or :meth:`connect`) reconnects.
+    ``last_heard`` is when any message (reply, event or heartbeat) last arrived, and
+    ``generation`` counts the connections made, so a watcher can tell a reconnect.
     """
 
     def __init__(
@@ -42,6 +45,18 @@ class EndpointConnection:
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[threading.Event, list[protocol.Message]]] = {}
         self._closing = False
+        self.last_heard: float | None = None
+        """``time.monotonic()`` of the last message from the daemon (None: never)."""
+        self.generation = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def connect(self) -> None:
+        """Connect and subscribe now, unless connected (raises SiteUnavailableError)."""
+        with self._lock:
+            self._connect()
 
     def _connect(self) -> Connection:
         if self._conn is not None:
@@ -60,6 +75,7 @@ class EndpointConnection:
                 f"site {self.site}: cannot reach its endpoint ({e}); run `federation sites up`"
             ) from e
         self._conn = conn
+        self.generation += 1
         threading.Thread(
             target=self._reader, args=(conn,), daemon=True, name=f"endpoint-{self.site}"
         ).start()
@@ -72,6 +88,7 @@ class EndpointConnection:
                 msg = protocol.recv(conn)
             except (EOFError, OSError, ValueError, TypeError):
                 break  # closed (TypeError: closed under us by close() on another thread)
+            self.last_heard = time.monotonic()
             if msg["op"] == "reply":
                 slot = self._waiting.pop(int(msg.get("req") or 0), None)
                 if slot is not None:

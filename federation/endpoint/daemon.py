@@ -6,7 +6,9 @@ runs on the site's login node. For each distinct ``user_endpoint_config`` it ren
 site's ``user_config_template.yaml.j2`` through the endpoint's own loader, builds the engine
 with ``load_config_yaml`` and starts it; shaped tasks therefore reach Slurm through the
 engine's own SlurmProvider and ``sbatch``. Results are kept in SQLite until the service
-has them, so a coordinator restart loses nothing.
+has them, so a coordinator restart loses nothing. Subscribers get a ``heartbeat`` on
+subscribing and every ``FEDERATION_EP_HEARTBEAT_S`` seconds (default 30, the real
+endpoint's ``heartbeat_period``); the service shows the endpoint offline when they stop.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class SiteEndpoint:
         self._slots: dict[str, EngineSlot] = {}
         self._subscribers: list[Connection] = []
         self._stopping = threading.Event()
+        self.heartbeat_s = protocol.heartbeat_period_s()
         self._rendered: dict[str, str] = {}
         self._starting: dict[str, threading.Lock] = {}
         """Rendered config per (user_opts, user_runtime): rendering takes tens of ms, and a
@@ -120,6 +123,27 @@ class SiteEndpoint:
     def subscribe(self, conn: Connection) -> None:
         with self._lock:
             self._subscribers.append(conn)
+        self._send(conn, self.heartbeat_message())  # as a real endpoint does on connecting
+
+    def heartbeat_message(self) -> protocol.Message:
+        """The status report pushed every ``heartbeat_s`` (a real endpoint's heartbeat)."""
+        return {
+            "op": "heartbeat",
+            "at": time.time(),
+            "period_s": self.heartbeat_s,
+            "active": not self._stopping.is_set(),
+            **self.info(),
+        }
+
+    def heartbeat(self) -> None:
+        self._broadcast(self.heartbeat_message())
+
+    def _send(self, conn: Connection, msg: protocol.Message) -> None:
+        try:
+            with self._lock:
+                protocol.send(conn, msg)
+        except (OSError, ValueError):
+            self.unsubscribe(conn)
 
     def unsubscribe(self, conn: Connection) -> None:
         with self._lock:
@@ -130,11 +154,7 @@ class SiteEndpoint:
         with self._lock:
             subs = list(self._subscribers)
         for conn in subs:
-            try:
-                with self._lock:
-                    protocol.send(conn, msg)
-            except (OSError, ValueError):
-                self.unsubscribe(conn)
+            self._send(conn, msg)
 
     # --- engines -------------------------------------------------------------------------
     def _slot_for(
@@ -208,6 +228,23 @@ class SiteEndpoint:
                 logger.exception("engine %s did not shut down cleanly", s.key)
 
     # --- tasks ---------------------------------------------------------------------------
+    def receive(self, task_id: str) -> bool:
+        """Record ``task_id`` as received (before the service hears it was taken, so a
+        task the service counts as delivered is never unknown here); False for a resend."""
+        with self._lock:
+            known = self._db.execute(
+                "SELECT status FROM tasks WHERE task_id=?", (task_id,)
+            ).fetchone()
+            if known is not None:
+                logger.info("task %s already received (%s); ignoring resend", task_id, known[0])
+                return False
+            self._db.execute(
+                "INSERT INTO tasks(task_id, status, received_at) VALUES (?, 'received', ?)",
+                (task_id, time.time()),
+            )
+            self._db.commit()
+        return True
+
     def submit(
         self,
         task_id: str,
@@ -215,20 +252,19 @@ class SiteEndpoint:
         user_opts: dict[str, Any],
         user_runtime: dict[str, Any] | None,
     ) -> None:
+        if self.receive(task_id):
+            self.run(task_id, packed_task, user_opts, user_runtime)
+
+    def run(
+        self,
+        task_id: str,
+        packed_task: bytes,
+        user_opts: dict[str, Any],
+        user_runtime: dict[str, Any] | None,
+    ) -> None:
+        """Hand a received task to the engine for its config (starting it if needed)."""
         from globus_compute_endpoint.engines.base import GCFuture
 
-        with self._lock:
-            known = self._db.execute(
-                "SELECT status FROM tasks WHERE task_id=?", (task_id,)
-            ).fetchone()
-            if known is not None:
-                logger.info("task %s already received (%s); ignoring resend", task_id, known[0])
-                return
-            self._db.execute(
-                "INSERT INTO tasks(task_id, status, received_at) VALUES (?, 'received', ?)",
-                (task_id, time.time()),
-            )
-            self._db.commit()
         try:
             slot = self._slot_for(user_opts, user_runtime)
         except FederationError as e:
@@ -319,6 +355,18 @@ class SiteEndpoint:
         self._finish(task_id, None, _error_result(task_id, "CANCELLED", "task cancelled"))
         return True, "cancelled"
 
+    def resend_result(self, task_id: str) -> None:
+        """Push a finished task's kept result again (subscribers ignore a duplicate)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT result_b64, completed_at FROM tasks WHERE task_id=? AND status='done'",
+                (task_id,),
+            ).fetchone()
+        if row is not None and row[0]:
+            self._broadcast(
+                {"op": "task.result", "task_id": task_id, "result": row[0], "at": row[1]}
+            )
+
     def status(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
@@ -368,9 +416,9 @@ def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
                     reply.update(ep.info())
                 elif op == "subscribe":
                     ep.subscribe(conn)
-                elif op == "submit":
+                elif op == "submit" and ep.receive(msg["task_id"]):
                     threading.Thread(
-                        target=ep.submit,
+                        target=ep.run,
                         args=(
                             msg["task_id"],
                             protocol.unb64(msg["packed_task"]),
@@ -380,6 +428,8 @@ def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
                         daemon=True,
                         name=f"submit-{msg['task_id'][:8]}",
                     ).start()
+                elif op == "submit":  # a resend (the service missed our reply): its result
+                    ep.resend_result(msg["task_id"])  # may have gone to nobody meanwhile
                 elif op == "status":
                     reply["tasks"] = ep.status(list(msg["task_ids"]))
                 elif op == "cancel":
@@ -418,6 +468,12 @@ def serve(site: SiteSpec, endpoint_id: uuid.UUID, run_dir: Path) -> None:
             ep.reap_idle()
 
     threading.Thread(target=_reaper, daemon=True, name="reaper").start()
+
+    def _heartbeats() -> None:
+        while not ep._stopping.wait(ep.heartbeat_s):
+            ep.heartbeat()
+
+    threading.Thread(target=_heartbeats, daemon=True, name="heartbeat").start()
     (run_dir / "endpoint.ready").write_text(str(os.getpid()))
     logger.info("endpoint %s (%s) listening on %s", site.name, endpoint_id, sock)
     while True:

@@ -3,18 +3,37 @@
 JSON objects over :mod:`multiprocessing.connection` (HMAC-authenticated unix socket), bytes
 as base64. Nothing is unpickled: task payloads stay messagepack/ComputeSerializer strings
 that only the engine's worker deserializes, exactly as on a real endpoint.
+
+Besides replies, the daemon pushes events to subscribed connections: ``task.started``,
+``task.result`` and, every :func:`heartbeat_period_s` seconds and once on subscribing,
+``heartbeat`` (its status report, as a real endpoint heartbeats to the web service).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 Message = dict[str, Any]
+
+HEARTBEAT_ENV = "FEDERATION_EP_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 30.0
+"""The real endpoint's ``heartbeat_period`` default (``globus_compute_endpoint`` Config)."""
+
+
+def heartbeat_period_s() -> float:
+    """Seconds between an endpoint's heartbeats (``FEDERATION_EP_HEARTBEAT_S``, default 30)."""
+    raw = os.environ.get(HEARTBEAT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_HEARTBEAT_S
+    except ValueError:
+        value = DEFAULT_HEARTBEAT_S
+    return value if value > 0 else DEFAULT_HEARTBEAT_S
 
 
 def send(conn: Connection, msg: Message) -> None:
