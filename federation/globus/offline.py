@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 import threading
 import time
 import uuid
@@ -36,13 +35,22 @@ from globus_compute_common import messagepack
 from globus_compute_common.messagepack.message_types import Result, Task
 from globus_compute_sdk import Client, Executor
 from globus_compute_sdk.sdk.executor import _ResultWatcher
-from pika.spec import BasicProperties
 from requests.adapters import BaseAdapter
 from requests.structures import CaseInsensitiveDict
 
 from federation.endpoint import protocol
-from federation.endpoint.connection import EndpointConnection
 from federation.errors import SiteUnavailableError
+from federation.globus.cloud import PAYLOAD_LIMIT_BYTES
+from federation.globus.offline_memory import (
+    TaskMemory,
+    cancelled_result,
+    lost_result,
+    too_large_result,
+)
+from federation.globus.offline_queue import EndpointLink
+from federation.globus.offline_watcher import InProcessResultWatcher
+
+__all__ = ["InProcessResultWatcher", "LocalComputeService", "StartedListener"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,68 +64,44 @@ class _TaskRecord:
     endpoint_id: str
     task_group_id: str
     status: str = "waiting-for-ep"
+    """What ``GET /v2/tasks/<id>`` reports: ``waiting-for-ep`` until the result, then
+    ``success`` or ``failed``, as the real service (its endpoints' heartbeats carry no
+    per-task status: ``GlobusComputeEngine.get_status_report`` sends ``task_statuses={}``)."""
     result: Result | None = None
     job_id: str | None = None
     started_at: float | None = None
     completed_at: float | None = None
+    delivered: bool = False
+    """The endpoint took it (until then it waits in the service's queue)."""
 
 
 @dataclass
 class _Endpoint:
     site: str
-    conn: EndpointConnection
+    link: EndpointLink
     task_ids: set[str] = field(default_factory=set)
-
-
-class InProcessResultWatcher(_ResultWatcher):  # type: ignore[misc]
-    """The SDK's result watcher, fed by the service instead of an AMQP consumer."""
-
-    def run(self) -> None:
-        self._thread_id = threading.get_ident()
-        while not self._time_to_stop:
-            if self._time_to_check_results.wait(timeout=self.poll_period_s):
-                self._time_to_check_results.clear()
-                with self._new_futures_lock:  # cancelled meanwhile (e.g. executor shutdown)
-                    for tid in [t for t, f in self._open_futures.items() if f.done()]:
-                        del self._open_futures[tid]
-                        self._received_results.pop(tid, None)
-                try:
-                    self._match_results_to_futures()
-                except Exception:  # one bad future must not stop every later delivery
-                    logger.exception("result watcher: matching results failed")
-        with self._new_futures_lock:
-            while self._open_futures:
-                _, fut = self._open_futures.popitem()
-                if not fut.done():
-                    fut.set_exception(RuntimeError("result watcher stopped"))
-            self._open_futures_empty.set()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if threading.get_ident() == self._thread_id:
-            self._time_to_stop = True
-            return
-        super().shutdown(wait=wait, cancel_futures=cancel_futures)
-
-    def deliver(self, result: Result) -> None:
-        props = BasicProperties(headers={}, timestamp=int(time.time()))
-        with self._new_futures_lock:
-            self._received_results[str(result.task_id)] = (props, result)
-        self._time_to_check_results.set()
 
 
 class LocalComputeService:
     """In-process stand-in for the Globus Compute web service and its result queues.
 
+    As the real service, in both modes: a task for an offline endpoint is accepted
+    (``waiting-for-ep``) and delivered when the endpoint is back; an endpoint is online
+    while it heartbeats; a submission over :data:`PAYLOAD_LIMIT_BYTES` is refused (413
+    ``TASK_PAYLOAD_TOO_LARGE``), and so is a result over it; a task reports
+    ``waiting-for-ep`` until its result (no ``running``).
+
     ``strict``: exactly what the real service offers a client: no task cancel, no word of a
     task's start or Slurm job (only its results), and a memory of task groups that outlives
     this object (``memory``: a SQLite file, as the cloud never forgets a client's tasks
-    across the client's restarts). Not strict (the embedded federation): :meth:`cancel`
-    asks the endpoint, started listeners hear of each start, :meth:`adopt_task` re-teaches.
+    across the client's restarts). Not strict (the embedded federation's privileges):
+    :meth:`cancel` withdraws a queued task or asks the endpoint, started listeners hear of
+    each start, :meth:`adopt_task` re-teaches a forgotten task.
     """
 
     def __init__(self, *, strict: bool = False, memory: Path | None = None) -> None:
         self.strict = strict
-        self._memory = _TaskMemory(memory) if memory is not None else None
+        self._memory = TaskMemory(memory) if memory is not None else None
         self._lock = threading.RLock()
         self._functions: dict[str, dict[str, Any]] = {}
         self._tasks: dict[str, _TaskRecord] = {}
@@ -136,10 +120,15 @@ class LocalComputeService:
         with self._lock:
             if eid in self._endpoints:
                 return
-            conn = EndpointConnection(
-                site, run_dir, self._on_endpoint_event, lambda: self._on_endpoint_lost(eid)
+            link = EndpointLink(
+                site,
+                run_dir,
+                self._on_endpoint_event,
+                on_back=lambda: self._settle_delivered(eid),
+                on_delivered=self._delivered,
             )
-            self._endpoints[eid] = _Endpoint(site=site, conn=conn)
+            self._endpoints[eid] = _Endpoint(site=site, link=link)
+        link.start()  # connected (and its first heartbeat heard) if the daemon is up
 
     def on_started(self, listener: StartedListener) -> None:
         if self.strict:
@@ -198,7 +187,7 @@ class LocalComputeService:
             rw._time_to_stop = True
             rw._time_to_check_results.set()
         for ep in endpoints:
-            ep.conn.close()
+            ep.link.close()
 
     # --- endpoint side ---------------------------------------------------------------------
     def _on_endpoint_event(self, msg: protocol.Message) -> None:
@@ -210,13 +199,13 @@ class LocalComputeService:
         if rec is None:
             return
         if msg["op"] == "task.started":
+            if self.strict:
+                return  # the real service never tells a client of a task's start
             job = msg.get("job_id")
-            with self._lock:  # a late 'started' must not undo a result that came first
-                if rec.result is None:
-                    rec.status = "running"
+            with self._lock:  # the status stays waiting-for-ep, as the real service's
                 rec.started_at = float(msg["at"])
                 rec.job_id = None if job in (None, "None") else str(job)
-            for listener in self._started_listeners:
+            for listener in list(self._started_listeners):
                 try:
                     listener(tid, rec.job_id)
                 except Exception:
@@ -228,46 +217,42 @@ class LocalComputeService:
                 return
             self._complete(rec, res, float(msg["at"]))
 
-    def _on_endpoint_lost(
-        self, endpoint_id: str, retry_s: float = 2.0, give_up_s: float = 600.0
-    ) -> None:
-        """The endpoint went away: once it is back, settle every task it held.
+    def _delivered(self, task_id: str) -> None:
+        with self._lock:
+            rec = self._tasks.get(task_id)
+            if rec is not None:
+                rec.delivered = True
 
-        Results it kept are delivered; tasks it no longer knows, or reports as lost in its
-        restart, fail with the endpoint's reason. One monitor per endpoint, not per caller.
+    def _settle_delivered(self, endpoint_id: str) -> None:
+        """The endpoint is (back) online: settle every task it took and still owes.
+
+        Results it kept meanwhile are delivered; tasks it no longer knows, or reports as
+        lost in its restart, fail with the endpoint's reason. Tasks still in the service's
+        queue are not asked about: they are forwarded next.
         """
-
-        def resync() -> None:
-            deadline = time.monotonic() + give_up_s
-            while time.monotonic() < deadline:
-                with self._lock:
-                    ep = self._endpoints.get(endpoint_id)
-                    open_ids = [
-                        t
-                        for t in (ep.task_ids if ep else ())
-                        if (r := self._tasks.get(t)) is not None and r.result is None
-                    ]
-                if ep is None or not open_ids:
-                    return
-                try:
-                    found = ep.conn.request({"op": "status", "task_ids": open_ids}, timeout_s=5)
-                except SiteUnavailableError:
-                    time.sleep(retry_s)
-                    continue
-                for tid in open_ids:
-                    rec = self._tasks[tid]
-                    info = found["tasks"].get(tid)
-                    if info and info.get("result"):
-                        res = messagepack.unpack(protocol.unb64(info["result"]))
-                        self._complete(rec, res, float(info.get("completed_at") or time.time()))
-                    elif info is None:
-                        msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
-                        self._complete(rec, _lost(tid, msg), time.time())
-                return
-
-        threading.Thread(target=resync, daemon=True, name=f"resync-{endpoint_id[:8]}").start()
+        with self._lock:
+            ep = self._endpoints.get(endpoint_id)
+            open_ids = [
+                t
+                for t in (ep.task_ids if ep else ())
+                if (r := self._tasks.get(t)) is not None and r.result is None and r.delivered
+            ]
+        if ep is None or not open_ids:
+            return
+        found = ep.link.conn.request({"op": "status", "task_ids": open_ids}, timeout_s=30)
+        for tid in open_ids:
+            rec = self._tasks[tid]
+            info = found["tasks"].get(tid)
+            if info and info.get("result"):
+                res = messagepack.unpack(protocol.unb64(info["result"]))
+                self._complete(rec, res, float(info.get("completed_at") or time.time()))
+            elif info is None:
+                msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
+                self._complete(rec, lost_result(tid, msg), time.time())
 
     def _complete(self, rec: _TaskRecord, res: Result, at: float) -> None:
+        if not res.is_error and len(res.data) > PAYLOAD_LIMIT_BYTES:
+            res = too_large_result(rec.task_id, len(res.data))
         with self._lock:
             if rec.result is not None:
                 return  # duplicate delivery
@@ -311,18 +296,25 @@ class LocalComputeService:
         return {"function_uuid": fid}
 
     def _endpoint_status(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
+        """``GET /v2/endpoints/<id>/status``: from the endpoint's heartbeats, as the real
+        service (online while heard within 3 heartbeat periods on an open connection)."""
         ep = self._endpoint(endpoint_id)
-        try:
-            info = ep.conn.request({"op": "ping"}, timeout_s=5)
-        except SiteUnavailableError as e:
-            return {"status": "offline", "details": str(e)}
-        return {"status": "online", "details": info}
+        link = ep.link
+        age = link.heard_age_s()
+        details: dict[str, Any] = {
+            k: link.report[k]
+            for k in ("engines", "outstanding", "active", "period_s")
+            if k in link.report
+        }
+        details["heartbeat_age_s"] = None if age is None else round(age, 3)
+        details["queued_tasks"] = len(link)
+        return {"status": "online" if link.online() else "offline", "details": details}
 
     def _endpoint_metadata(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
-        """``GET /v2/endpoints/<id>``: what the endpoint registered, as the cloud keeps it.
+        """``GET /v2/endpoints/<id>``: what the endpoint reported, as the cloud keeps it.
 
-        The daemon's own report (``ping``) supplies ``python_version``, ``hostname`` and
-        ``endpoint_version`` when it includes them; an offline endpoint still has metadata.
+        ``python_version``, ``hostname`` and ``endpoint_version`` come from the endpoint's
+        last heartbeat; an offline endpoint keeps the metadata it last reported.
         """
         ep = self._endpoint(endpoint_id)
         doc: dict[str, Any] = {
@@ -331,54 +323,57 @@ class LocalComputeService:
             "display_name": ep.site,
             "multi_user": False,
         }
-        try:
-            info = ep.conn.request({"op": "ping"}, timeout_s=5)
-        except SiteUnavailableError:
-            return doc
         for key in ("python_version", "hostname", "endpoint_version"):
-            if info.get(key):
-                doc[key] = str(info[key])
+            if ep.link.report.get(key):
+                doc[key] = str(ep.link.report[key])
         return doc
 
     def _submit(self, body: Any, endpoint_id: str) -> dict[str, Any]:
+        """``POST /v3/endpoints/<id>/submit``: accepted whether or not the endpoint is
+        online (its tasks wait in the service's queue, ``waiting-for-ep``), refused whole
+        when its tasks' payloads exceed :data:`PAYLOAD_LIMIT_BYTES` together."""
         ep = self._endpoint(endpoint_id)
         tg = body.get("task_group_id") or str(uuid.uuid4())
         uec = body.get("user_endpoint_config") or {}
         runtime = body.get("user_runtime")
-        tasks_out: dict[str, list[str]] = {}
+        buffers: list[tuple[str, str]] = []  # (function id, task buffer)
         for fid, payloads in body["tasks"].items():
             fn = self._functions.get(fid)
             if fn is None:
                 raise _HTTPError(404, "FUNCTION_NOT_FOUND", f"Function {fid} not found")
-            ids = tasks_out.setdefault(fid, [])
-            for payload in payloads:
-                tid = str(uuid.uuid4())
-                packed = messagepack.pack(
-                    Task(task_id=uuid.UUID(tid), task_buffer=fn["function_code"] + payload)
-                )
-                rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
-                with self._lock:
-                    self._tasks[tid] = rec
-                    self._groups.setdefault(tg, []).append(tid)
-                    ep.task_ids.add(tid)
-                if self._memory is not None:
-                    self._memory.remember(tid, endpoint_id, tg)
-                try:
-                    ep.conn.request(
-                        {
-                            "op": "submit",
-                            "task_id": tid,
-                            "packed_task": protocol.b64(packed),
-                            "user_endpoint_config": uec,
-                            "user_runtime": runtime,
-                        }
-                    )
-                except SiteUnavailableError as e:
-                    with self._lock:
-                        del self._tasks[tid]
-                        self._groups[tg].remove(tid)
-                    raise _HTTPError(503, "ENDPOINT_UNAVAILABLE", str(e)) from e
-                ids.append(tid)
+            buffers.extend((fid, fn["function_code"] + payload) for payload in payloads)
+        size = sum(len(buf.encode()) for _, buf in buffers)
+        if size > PAYLOAD_LIMIT_BYTES:
+            raise _HTTPError(
+                413,
+                "TASK_PAYLOAD_TOO_LARGE",
+                f"Task payload of {size} bytes exceeds the {PAYLOAD_LIMIT_BYTES} byte limit "
+                "on a submission (function and arguments, serialized); stage large data "
+                "to the endpoint's site and pass a reference instead",
+            )
+        tasks_out: dict[str, list[str]] = {fid: [] for fid in body["tasks"]}
+        queued: list[protocol.Message] = []
+        for fid, buf in buffers:
+            tid = str(uuid.uuid4())
+            packed = messagepack.pack(Task(task_id=uuid.UUID(tid), task_buffer=buf))
+            rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
+            with self._lock:
+                self._tasks[tid] = rec
+                self._groups.setdefault(tg, []).append(tid)
+                ep.task_ids.add(tid)
+            if self._memory is not None:
+                self._memory.remember(tid, endpoint_id, tg)
+            queued.append(
+                {
+                    "op": "submit",
+                    "task_id": tid,
+                    "packed_task": protocol.b64(packed),
+                    "user_endpoint_config": uec,
+                    "user_runtime": runtime,
+                }
+            )
+            tasks_out[fid].append(tid)
+        ep.link.hold(queued)  # forwarded in order, now if the endpoint is online
         return {
             "request_id": str(uuid.uuid4()),
             "task_group_id": tg,
@@ -413,7 +408,7 @@ class LocalComputeService:
                 # the request's own bound (30 s), not a short one: under load an endpoint may
                 # answer late, and a task that finished while no service was up is known
                 # only to its endpoint, so a missed answer would leave it queued forever
-                found = ep.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
+                found = ep.link.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
             except SiteUnavailableError as e:
                 logger.warning("re-learning task %s: endpoint %s not asked: %s", tid, eid, e)
                 continue
@@ -423,8 +418,8 @@ class LocalComputeService:
                     task_id=tid,
                     endpoint_id=eid,
                     task_group_id="",
-                    status="running" if info["status"] == "running" else "waiting-for-ep",
                     job_id=info.get("job_id"),
+                    delivered=True,
                 )
                 with self._lock:
                     self._tasks[tid] = rec
@@ -461,7 +456,10 @@ class LocalComputeService:
         with self._lock:
             if tid in self._tasks:
                 return
-            rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
+            # remembered: it was submitted, so the endpoint took it or will say it has not
+            rec = _TaskRecord(
+                task_id=tid, endpoint_id=endpoint_id, task_group_id=tg, delivered=True
+            )
             self._tasks[tid] = rec
             self._groups.setdefault(tg, []).append(tid)
             ep = self._endpoints.get(endpoint_id)
@@ -470,19 +468,16 @@ class LocalComputeService:
         if ep is None:
             return
         try:
-            found = ep.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
+            found = ep.link.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
         except SiteUnavailableError as e:
+            # settled by the endpoint's link when it is back (_settle_delivered)
             logger.warning("re-learning task %s: endpoint %s not asked: %s", tid, endpoint_id, e)
-            self._on_endpoint_lost(endpoint_id)  # settled when it is back
             return
         info = found.get(tid)
         if info is None:
             msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
-            self._complete(rec, _lost(tid, msg), time.time())
+            self._complete(rec, lost_result(tid, msg), time.time())
             return
-        with self._lock:
-            if info["status"] == "running" and rec.result is None:
-                rec.status = "running"
         if info.get("result"):
             res = messagepack.unpack(protocol.unb64(info["result"]))
             self._complete(rec, res, float(info.get("completed_at") or time.time()))
@@ -512,47 +507,11 @@ class LocalComputeService:
         if rec is None:
             return False, "unknown task"
         ep = self._endpoint(rec.endpoint_id)
-        reply = ep.conn.request({"op": "cancel", "task_id": task_id})
+        if ep.link.withdraw(task_id):  # still in the service's queue: never delivered
+            self._complete(rec, cancelled_result(task_id), time.time())
+            return True, "cancelled before delivery"
+        reply = ep.link.conn.request({"op": "cancel", "task_id": task_id})
         return bool(reply.get("ok")), str(reply.get("reason", ""))
-
-
-class _TaskMemory:
-    """The service's memory of task groups: (task, endpoint, group) rows in SQLite."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, endpoint_id TEXT "
-            "NOT NULL, task_group_id TEXT NOT NULL, submitted_at REAL NOT NULL)"
-        )
-        self._db.execute("CREATE INDEX IF NOT EXISTS by_group ON tasks(task_group_id)")
-        self._lock = threading.Lock()
-
-    def remember(self, task_id: str, endpoint_id: str, task_group_id: str) -> None:
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
-                (task_id, endpoint_id, task_group_id, time.time()),
-            )
-
-    def group(self, task_group_id: str) -> list[tuple[str, str]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT task_id, endpoint_id FROM tasks WHERE task_group_id=? "
-                "ORDER BY submitted_at",
-                (task_group_id,),
-            ).fetchall()
-        return [(str(t), str(e)) for t, e in rows]
-
-
-def _lost(task_id: str, message: str) -> Result:
-    return Result(
-        task_id=uuid.UUID(task_id),
-        data=message,
-        error_details={"code": "ENDPOINT_LOST", "user_message": message},
-    )
 
 
 class _HTTPError(Exception):
