@@ -38,6 +38,9 @@ from federation.sites.spec import SiteSpec, load_site
 logger = logging.getLogger(__name__)
 
 ENGINE_IDLE_S = float(os.environ.get("FEDERATION_ENGINE_IDLE_S", "60"))
+TAGGED_IDLE_S = 5.0
+"""An engine made for one tagged task is shut down this soon after it (no other task shares
+its config), rather than lingering ``ENGINE_IDLE_S`` with its interchange."""
 RENDER_CACHE_MAX = 256
 
 _SCHEMA = """
@@ -63,6 +66,8 @@ class EngineSlot:
     engine: Any
     outstanding: set[str] = field(default_factory=set)
     last_used: float = field(default_factory=time.monotonic)
+    tagged: bool = False
+    """Made for one tagged task (its config names the batch job): done once it is idle."""
 
 
 def _error_result(task_id: str, code: str, message: str) -> bytes:
@@ -195,7 +200,7 @@ class SiteEndpoint:
             except Exception:
                 engine.shutdown()
                 raise
-            slot = EngineSlot(key=key, engine=engine)
+            slot = EngineSlot(key=key, engine=engine, tagged="job_tag" in user_opts)
             with self._lock:
                 self._slots[key] = slot
             logger.info("started engine %s for %s", key, user_opts)
@@ -208,7 +213,8 @@ class SiteEndpoint:
             idle = [
                 s
                 for s in self._slots.values()
-                if not s.outstanding and now - s.last_used > ENGINE_IDLE_S
+                if not s.outstanding
+                and now - s.last_used > (TAGGED_IDLE_S if s.tagged else ENGINE_IDLE_S)
             ]
             for s in idle:
                 del self._slots[s.key]

@@ -243,6 +243,9 @@ class CloudSite(ComputeSite):
         fut.add_done_callback(self._learn_worker_python)
         return fut
 
+    def _ensure_online(self) -> None:
+        pass  # probe() asked endpoint_info() already (cached for status_ttl_s)
+
     def _learn_worker_python(self, fut: Future[dict[str, Any]]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return

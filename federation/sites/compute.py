@@ -20,6 +20,7 @@ from globus_compute_sdk import Client, Executor, ShellFunction
 
 from federation.endpoint_config import shape_to_user_config
 from federation.envelope import Shape
+from federation.errors import SiteUnavailableError
 from federation.sites import jobtags
 from federation.sites.shipping import code_payload, executor_serializer
 from federation.sites.spec import SiteSpec
@@ -106,9 +107,20 @@ class ComputeSite:
                 self._executors[key] = ex
             return ex
 
+    def _ensure_online(self) -> None:
+        """The service holds a task for an endpoint that is away until it returns: a probe
+        would wait out its timeout, so ask the endpoint's status first."""
+        status = self.client.get_endpoint_status(str(self.endpoint_id))
+        state = str((status or {}).get("status", "unknown"))
+        if state != "online":
+            raise SiteUnavailableError(
+                f"site {self.name}: its endpoint is {state}; run `federation sites up`"
+            )
+
     def probe(self) -> Future[dict[str, Any]]:
         from functions.probes import probe_slurm
 
+        self._ensure_online()
         ex = self.executor({"profile": "probe"})
         fut: Future[dict[str, Any]]
         if self._probe_fn is not None:
