@@ -212,7 +212,8 @@ def test_placement_honours_the_envelope(bcoord: Coordinator) -> None:
 
 
 def test_oversized_payload(harness: Harness, bcoord: Coordinator) -> None:
-    """Cloud: refused before anything is sent. Local: the offline service has no limit."""
+    """Cloud: refused before anything is sent. Local: sent, and refused by the service as
+    the real one refuses it (413 TASK_PAYLOAD_TOO_LARGE): the task fails saying so."""
     big = b"x" * (PAYLOAD_LIMIT_BYTES + 1)
     task = PythonTask(len, (big,))
     if harness.kind == "cloud":
@@ -225,7 +226,8 @@ def test_oversized_payload(harness: Harness, bcoord: Coordinator) -> None:
         assert refused[0].compute_task_id is None  # the service never took it
     else:
         h = bcoord.submit_task(task, ENV)
-        assert bcoord.result_value(h, timeout_s=180) == len(big)
+        r = bcoord.get_result(h, timeout_s=180)
+        assert r.status == "failed" and "TASK_PAYLOAD_TOO_LARGE" in (r.error or ""), r.error
 
 
 def _kind(out: list[str]) -> Any:

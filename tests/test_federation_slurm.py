@@ -11,7 +11,9 @@ from slurm_scene import BOTH_PATHS
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope
+from federation.errors import SiteUnavailableError
 from federation.events import Event
+from federation.globus.cloud import CloudSite
 from federation.local import LocalSites
 from federation.sites.compute import ComputeSite
 from federation.tasks import PythonTask, ShellTask
@@ -170,17 +172,39 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
         local.slurm.run("delta", ["scancel", f"--name={tag}"])
 
 
+def _reachable(coord: Coordinator, site: str) -> bool:
+    s = coord.inspect_federation().site(site)
+    return s is not None and s.health.reachable
+
+
 def test_bad_site_is_marked_unhealthy_not_fatal(coord: Coordinator, local: LocalSites) -> None:
+    """As on the real service, the endpoint's status is what the service last heard: a
+    stopped endpoint shows offline once its connection closes, and a restarted one online
+    once it is heard again (within a second or so); a cloud site asks for the status only
+    when its cached answer (``status_ttl_s``) is stale, so here it is asked afresh."""
     local.daemons.stop("local")
     try:
+        site = coord.backends["local"]
+        if local.path == "cloud":
+            assert isinstance(site, CloudSite)
+            _wait_for("the service shows it offline", lambda: _offline(site), 30)
         snap = coord.inspect_federation()
         bad = snap.site("local")
         assert bad is not None and not bad.health.reachable
         assert bad.health.error and "local" in bad.health.error
+        assert "offline" in bad.health.error, bad.health.error
         assert all(s.health.reachable for s in snap.sites if s.site != "local")
     finally:
         local.daemons.start("local", local.slurm.env("local"))
-    assert coord.inspect_federation().site("local").health.reachable  # type: ignore[union-attr]
+        _wait_for("the restarted endpoint is heard again", lambda: _reachable(coord, "local"), 30)
+
+
+def _offline(site: CloudSite) -> bool:
+    try:
+        site.endpoint_info(refresh=True)
+    except SiteUnavailableError:
+        return True
+    return False
 
 
 @pytest.mark.parametrize(
@@ -233,6 +257,7 @@ def test_endpoint_restart_mid_task_fails_it_with_the_reason(
     r = coord.get_result(h)
     assert r.status == "failed"
     assert "restarted" in (r.error or "") + r.remote_traceback
+    _wait_for("the restarted endpoint is heard again", lambda: _reachable(coord, "local"), 30)
 
 
 def test_endpoint_loss_is_retried_on_another_allowed_site(
