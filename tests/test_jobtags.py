@@ -164,9 +164,11 @@ def test_a_task_that_ended_unseen_is_looked_for_once_more() -> None:
     try:
         fut = _task("task-c")
         jobs.track("c" * 20, fut)
-        _until(lambda: jobs.checks == 1)  # the first round saw nothing
-        site.queue = {"c" * 20: ("13", "CANCELLED")}  # released after idling
+        time.sleep(0.2)
+        assert jobs.checks == 0  # the first read waits an interval
+        site.queue = {"c" * 20: ("13", "CANCELLED")}  # started, ended, released after idling
         fut.set_result(0)
         _until(lambda: seen == [("task-c", "13")])
+        assert jobs.checks == 1
     finally:
         jobs.close()

@@ -100,6 +100,9 @@ class TaggedJobs:
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
+            # the first read one interval after a task is shipped: none starts sooner
+            if self._wait_closed(self.check_s):
+                return
             while not self._closed and self._check_once():
                 # one round per interval while something is waiting to start
                 if self._wait_closed(self.check_s):
