@@ -65,3 +65,28 @@ def coord(local: Any) -> Iterator[Any]:
         c.close()
         if local.service is not None:
             local.service.close()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the test process even if a non-daemon thread would keep it alive, naming any such
+    thread on stderr: since the strict stand-in landed, a whole-suite run has been seen to
+    finish every test and then never exit (not reproduced on a subset yet)."""
+    import sys
+    import threading
+
+    stuck = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+    ]
+    if not stuck:
+        return
+    print(f"\n[conftest] non-daemon threads still alive at exit: {stuck}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status = getattr(config, "_federation_exitstatus", 0)
+    os._exit(int(status))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._federation_exitstatus = exitstatus  # type: ignore[attr-defined]
