@@ -74,11 +74,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import sys
     import threading
 
-    stuck = [
-        t.name
+    others = [
+        t
         for t in threading.enumerate()
         if t is not threading.main_thread() and t.is_alive() and not t.daemon
     ]
+    for t in others:  # threads that end at exit anyway (e.g. atexit helpers) get a grace
+        t.join(timeout=30)
+    stuck = [t.name for t in others if t.is_alive()]
     if not stuck:
         return
     print(f"\n[conftest] non-daemon threads still alive at exit: {stuck}", file=sys.stderr)
