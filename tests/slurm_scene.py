@@ -42,6 +42,15 @@ def fill_delta_cpu(slurm: Any, tag: str) -> None:
     time.sleep(1.5)  # the controller schedules them before the group is placed
 
 
+def until(what: str, check: Any, timeout_s: float, every_s: float = 0.5) -> None:
+    """Wait until ``check()`` is true; fail saying ``what`` did not happen in time."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(every_s)
+
+
 def queued_jobs(slurm: Any, site: str) -> list[str]:
     res = slurm.run(site, ["squeue", "-h", "-o", "%i %j %T"])
     assert res.returncode == 0, res.stderr

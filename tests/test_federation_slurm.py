@@ -8,7 +8,7 @@ from contextlib import suppress
 from typing import Any
 
 import pytest
-from slurm_scene import BOTH_PATHS
+from slurm_scene import BOTH_PATHS, until
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope
@@ -29,11 +29,7 @@ def _events(handle_events: list[Event]) -> list[str]:
 
 
 def _wait_for(what: str, check: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.2)
+    until(what, check, timeout_s, every_s=0.2)
 
 
 def test_snapshot_covers_every_site_and_partition(coord: Coordinator, local: LocalSites) -> None:

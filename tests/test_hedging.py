@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from inprocess import FixedCoordinator
-from slurm_scene import BOTH_PATHS, fill_delta_cpu, queued_jobs, wait_until_quiet
+from slurm_scene import BOTH_PATHS, fill_delta_cpu, queued_jobs, until, wait_until_quiet
 
 from federation.coordinator import Coordinator
 from federation.envelope import ResourceEnvelope, Shape
@@ -499,8 +499,8 @@ def test_an_overdue_task_gets_a_copy_where_it_now_finishes_sooner(
         # recorded, then shipped
         rows = Store(db).task_copies(h.id)
         assert [(r["idx"], r["site"]) for r in rows] == [(0, "delta"), (1, "local")]
-        _until("the added copy is acknowledged", lambda: len(sites["local"].jobs) == 1, 10)
-        _until(
+        until("the added copy is acknowledged", lambda: len(sites["local"].jobs) == 1, 10)
+        until(
             "its compute id is stored",
             lambda: Store(db).task_copies(h.id)[1]["compute_task_id"] == sites["local"].tid(),
             10,
@@ -618,7 +618,7 @@ def test_an_added_copy_is_reattached_after_a_restart(tmp_path: Path) -> None:
         h = first.submit_task(PythonTask(square, (8,)), ENV)
         waits.waits = {"delta": 5000.0, "local": 0.0}
         _copy_added(first, h)
-        _until(
+        until(
             "the added copy's id is stored",
             lambda: Store(db).task_copies(h.id)[-1]["compute_task_id"] is not None,
             10,
@@ -661,8 +661,8 @@ def test_a_single_watched_copy_lost_to_a_node_failure_is_retried_elsewhere(
         row = Store(db).task(h.id)
         assert row is not None and row["site"] == "local"
         assert [a["site"] for a in json.loads(row["attempts"])] == ["delta"]
-        _until("the retry reaches local", lambda: len(sites["local"].jobs) == 1, 10)
-        _until(
+        until("the retry reaches local", lambda: len(sites["local"].jobs) == 1, 10)
+        until(
             "the retry's compute id is stored",
             lambda: (Store(db).task(h.id) or {}).get("compute_task_id") == sites["local"].tid(),
             10,
@@ -703,14 +703,6 @@ def _ours(slurm: Any, site: str) -> list[str]:
     return [j for j in queued_jobs(slurm, site) if TAG not in j and HOLD not in j]
 
 
-def _until(what: str, check: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.5)
-
-
 def _hold_local(slurm: Any) -> None:
     """Fill the local site's debug nodes, so its copy queues until the test lets it go."""
     for _ in range(2):
@@ -729,7 +721,7 @@ def _hold_local(slurm: Any) -> None:
             ],
         )
         assert res.returncode == 0, res.stderr
-    _until(
+    until(
         "local's holders run",
         lambda: sum("RUNNING" in j for j in queued_jobs(slurm, "local")) == 2,
         30,
@@ -753,9 +745,9 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         first: Candidate = h.decision.chosen
         assert first.site == "delta" and [c.site for c in h.decision.hedges] == ["local"]
         # the Delta copy's batch job waits behind the fillers; then the local site frees up
-        _until("the Delta copy's batch job is queued", lambda: _ours(slurm, "delta"), 120)
+        until("the Delta copy's batch job is queued", lambda: _ours(slurm, "delta"), 120)
         (delta_job,) = _ours(slurm, "delta")
-        _until("the local copy's batch job is queued", lambda: _ours(slurm, "local"), 120)
+        until("the local copy's batch job is queued", lambda: _ours(slurm, "local"), 120)
         assert [c.state for c in h.copies] == ["queued", "queued"] and not h.done
         delta_tid = h.copies[0].compute_task_id
         assert delta_tid is not None
@@ -764,7 +756,7 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         assert r.status == "completed", r.error
         assert r.site == "local" and r.value["cluster"] == "local"
         if local.path == "cloud":  # the start is read from squeue, possibly after the end
-            _until("the winner's job id", lambda: coord.get_result(h).slurm_job_id, 30)
+            until("the winner's job id", lambda: coord.get_result(h).slurm_job_id, 30)
             r = coord.get_result(h)
         assert r.slurm_job_id is not None and r.value["slurm_job_id"] == r.slurm_job_id
         events = coord.history(h.id)
@@ -782,7 +774,7 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
         if local.path == "embedded":
             # the Delta copy's batch job left Delta's queue: only the fillers are left
-            _until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
+            until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
             assert all(TAG in j for j in queued_jobs(slurm, "delta"))
         else:
             # its batch job carried the task's tag, and the withdrawal left its marker
@@ -809,7 +801,7 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
 
         if local.path == "cloud":  # should an engine queue a fresh block, let it start
             slurm.run("delta", ["scancel", f"--name={TAG}"])
-        _until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 120)
+        until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 120)
         text, ours = delta_acct()
         # never ran: cancelled with no start, or (when the cancel lands in the second the
         # controller records, as slurmctld 22 does here under load) a start equal to its end
