@@ -547,6 +547,9 @@ def run_live(
     finally:
         inj.stop.set()
         inj.join(timeout=10)
+        for *_, h in handles:  # unfinished at the deadline: withdrawn, not left queued
+            if not h.done:
+                coord.cancel(h, reason="the live run ended before this task finished")
         coord.close()
         if local.service is not None:
             local.service.close()

@@ -67,19 +67,49 @@ def coord(local: Any) -> Iterator[Any]:
             local.service.close()
 
 
+def _release_leaked_sdk_executors() -> list[str]:
+    """Shut down (without waiting) SDK executors and result watchers still registered.
+
+    The SDK's exit thread (``globus_compute_sdk.sdk.executor.__atexit``) waits for the main
+    thread, then calls ``shutdown()`` (wait=True) on every executor still registered, which
+    blocks until all of that executor's futures have results: an executor a test left
+    behind with a task that will never finish keeps the test process alive forever.
+    Returns what was released, so the leak is named rather than hidden."""
+    from globus_compute_sdk.sdk import executor as sdk_executor
+
+    names: list[str] = []
+    registered = sdk_executor._REGISTERED_EXECUTORS
+    while registered:
+        _, gce = registered.popitem()
+        names.append(f"Executor(endpoint={gce.endpoint_id})")
+        gce.shutdown(wait=False, cancel_futures=True)
+    watchers = sdk_executor._RESULT_WATCHERS
+    while watchers:
+        _, rw = watchers.popitem()
+        names.append(type(rw).__name__)
+        rw.shutdown(wait=False, cancel_futures=True)
+    return names
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the test process even if a non-daemon thread would keep it alive, naming any such
-    thread on stderr: since the strict stand-in landed, a whole-suite run has been seen to
-    finish every test and then never exit (not reproduced on a subset yet)."""
+    """End the test process even if a non-daemon thread would keep it alive, naming what
+    was left running on stderr (whole-suite runs were seen to finish every test and then
+    never exit: see :func:`_release_leaked_sdk_executors`)."""
     import sys
     import threading
 
+    leaked = _release_leaked_sdk_executors()
+    if leaked:
+        print(f"\n[conftest] SDK executors left running, shut down: {leaked}", file=sys.stderr)
     others = [
         t
         for t in threading.enumerate()
-        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+        if t is not threading.main_thread()
+        and t.is_alive()
+        and not t.daemon
+        and not t.name.endswith("(__atexit)")  # the SDK's: ends after the main thread
     ]
-    for t in others:  # threads that end at exit anyway (e.g. atexit helpers) get a grace
+    for t in others:
         t.join(timeout=30)
     stuck = [t.name for t in others if t.is_alive()]
     if not stuck:

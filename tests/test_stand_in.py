@@ -299,3 +299,41 @@ def test_strict_service_has_no_cancel_no_start_news_no_adoption(
         e_ex.shutdown(wait=False, cancel_futures=True)
         strict.close()
         embedded.close()
+
+
+def test_embedded_acknowledgement_means_the_endpoint_holds_the_task(
+    daemons: EndpointDaemons,
+) -> None:
+    """The embedded service dies with its coordinator, so its acknowledgement must come
+    after the endpoint took the task; a re-adopted task its endpoint never received fails
+    saying so (it would otherwise wait forever)."""
+    daemons.start(SITE, BEAT)
+    svc = make_service(daemons)
+    wait_for(lambda: svc._endpoints[str(EID)].link.online(), 10, "the endpoint came online")
+    client = svc.client()
+    client.fx_serializer = executor_serializer()
+    fid = client.register_function(square)
+    batch = client.create_batch(user_endpoint_config=PROBE)
+    batch.add(fid, args=(5,))
+    tg = uuid.uuid4()
+    batch.task_group_id = tg
+    (tid,) = client.batch_run(EID, batch)["tasks"][fid]
+    # acknowledged: already in the endpoint's own task table, not only in the service queue
+    with sqlite3.connect(daemons.run_dir(SITE) / "tasks.db") as db:
+        held = [r[0] for r in db.execute("SELECT task_id FROM tasks")]
+    assert held == [tid]
+    svc.close()
+
+    later = make_service(daemons)  # a restarted coordinator's service
+    try:
+        wait_for(lambda: later._endpoints[str(EID)].link.online(), 10, "the endpoint came online")
+        never_sent = str(uuid.uuid4())  # recorded as shipped by a coordinator killed too soon
+        later.adopt_task(tid, EID, tg)
+        later.adopt_task(never_sent, EID, tg)
+        c2 = later.client()
+        wait_for(lambda: c2.get_task(tid)["status"] == "success", 60, "the held task's result")
+        lost = c2._compute_web_client.v2.get_task(never_sent).data
+        assert lost["status"] == "failed"
+        assert "never received this task" in str(lost.get("exception")), lost
+    finally:
+        later.close()

@@ -54,6 +54,10 @@ __all__ = ["InProcessResultWatcher", "LocalComputeService", "StartedListener"]
 
 logger = logging.getLogger(__name__)
 
+SUBMIT_DELIVERY_WAIT_S = 30.0
+"""How long the embedded service's acknowledgement waits for an online endpoint to take
+its tasks (past it the tasks stay queued and the submission is acknowledged anyway)."""
+
 StartedListener = Callable[[str, str | None], None]
 """Called with (task_id, slurm_job_id) when the endpoint reports a task started running."""
 
@@ -73,6 +77,8 @@ class _TaskRecord:
     completed_at: float | None = None
     delivered: bool = False
     """The endpoint took it (until then it waits in the service's queue)."""
+    taken: threading.Event = field(default_factory=threading.Event)
+    """Set with ``delivered`` (the embedded service's acknowledgement waits on it)."""
 
 
 @dataclass
@@ -222,6 +228,7 @@ class LocalComputeService:
             rec = self._tasks.get(task_id)
             if rec is not None:
                 rec.delivered = True
+                rec.taken.set()
 
     def _settle_delivered(self, endpoint_id: str) -> None:
         """The endpoint is (back) online: settle every task it took and still owes.
@@ -374,6 +381,16 @@ class LocalComputeService:
             )
             tasks_out[fid].append(tid)
         ep.link.hold(queued)  # forwarded in order, now if the endpoint is online
+        if not self.strict and ep.link.online():
+            # Embedded, the service lives and dies with the coordinator: its acknowledgement
+            # must mean the endpoint holds the task, or a coordinator killed right after it
+            # would lose a task it recorded as shipped. (The real service is durable: its
+            # queue outlives any client, so strict mode acknowledges at once.)
+            deadline = time.monotonic() + SUBMIT_DELIVERY_WAIT_S
+            for msg in queued:
+                rec = self._tasks[str(msg["task_id"])]
+                if not rec.taken.wait(max(0.0, deadline - time.monotonic())):
+                    break  # still queued: forwarded when the endpoint can take it
         return {
             "request_id": str(uuid.uuid4()),
             "task_group_id": tg,
@@ -496,6 +513,35 @@ class LocalComputeService:
         rec = self._recover(task_id)
         if rec is not None:
             rec.task_group_id = str(task_group_id)
+            return
+        self._settle_unknown(task_id, str(endpoint_id))
+
+    def _settle_unknown(self, task_id: str, endpoint_id: str) -> None:
+        """An adopted task no endpoint reported: ask its own endpoint once more; if it
+        answers and does not know the task, the task never reached it (the earlier service
+        died with it in its queue) and fails saying so, instead of waiting forever. If the
+        endpoint cannot be asked, the task is settled when it is back."""
+        with self._lock:
+            rec = self._tasks[task_id]
+            ep = self._endpoints.get(endpoint_id)
+            if ep is not None:
+                ep.task_ids.add(task_id)
+            rec.delivered = True  # settled by _settle_delivered when the endpoint returns
+        if ep is None:
+            return
+        try:
+            found = ep.link.conn.request({"op": "status", "task_ids": [task_id]})["tasks"]
+        except SiteUnavailableError as e:
+            logger.warning(
+                "re-learning task %s: endpoint %s not asked: %s", task_id, endpoint_id, e
+            )
+            return
+        if task_id not in found:
+            msg = (
+                f"the endpoint of site {ep.site} never received this task (the coordinator "
+                "stopped before forwarding it); it never ran: submit it again"
+            )
+            self._complete(rec, lost_result(task_id, msg), time.time())
 
     def cancel(self, task_id: str) -> tuple[bool, str]:
         if self.strict:
