@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id  # noqa: E402
-from federation.globus.offline import LocalComputeService  # noqa: E402
+from federation.standin.compute_service import LocalComputeService  # noqa: E402
 from functions.faults import slow_probe  # noqa: E402
 from functions.workloads import square  # noqa: E402
 

@@ -53,12 +53,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
-from federation.errors import NoFeasibleSiteError  # noqa: E402
-from federation.hardware import speed_prior  # noqa: E402
-from federation.local import LocalSites  # noqa: E402
+from federation.core.envelope import ResourceEnvelope, Shape  # noqa: E402
+from federation.core.errors import NoFeasibleSiteError  # noqa: E402
+from federation.core.hardware import speed_prior  # noqa: E402
+from federation.core.spec import SiteSpec  # noqa: E402
+from federation.core.tasks import ShellTask  # noqa: E402
+from federation.deploy.local import LocalSites  # noqa: E402
 from federation.parsing.times import parse_duration  # noqa: E402
-from federation.policies import (  # noqa: E402
+from federation.placement.policies import (  # noqa: E402
     Policy,
     Watch,
     best_feasible,
@@ -67,12 +69,10 @@ from federation.policies import (  # noqa: E402
     twin_hedge,
     twin_watch,
 )
-from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.placement.twin import TwinPredictor  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
-from federation.sites.spec import SiteSpec  # noqa: E402
-from federation.tasks import ShellTask  # noqa: E402
-from federation.twin import TwinPredictor  # noqa: E402
 
 TRACES = {"KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz", "CEA-Curie": "CEA-Curie-2011-2.1-cln.swf.gz"}
 BG_NAME = "fed-bg"

@@ -48,9 +48,9 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.perf import RESULTS, placement_latencies, quantile  # noqa: E402
-from federation.envelope import ResourceEnvelope  # noqa: E402
-from federation.events import Event  # noqa: E402
-from federation.tasks import PythonTask  # noqa: E402
+from federation.core.envelope import ResourceEnvelope  # noqa: E402
+from federation.core.tasks import PythonTask  # noqa: E402
+from federation.runtime.events import Event  # noqa: E402
 from functions.workloads import square  # noqa: E402
 
 
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
     }
     if args.tasks or args.groups or args.trace_tasks:
-        from federation.local import LocalSites
+        from federation.deploy.local import LocalSites
 
         local = LocalSites(sites=[s for s in args.sites.split(",") if s] or None)
         local.up()

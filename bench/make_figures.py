@@ -5,7 +5,8 @@
 Brings the local sites up (idempotent), fills ``local``'s CPU partition and Delta's A100
 partition (with one job waiting) using short background jobs (1-minute time limits, 30-40 s
 of work) so queues and predictions are not trivially zero, probes the federation every few
-seconds while a handful of tasks run through :class:`~federation.jupyter.FederatedExecutor`,
+seconds while a handful of tasks run through
+:class:`~federation.interfaces.jupyter.executor.FederatedExecutor`,
 then writes:
 
 - ``capacity.png``: idle vs total GPUs and CPUs and pending jobs per site over the run;
@@ -28,11 +29,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from federation.envelope import ResourceEnvelope
-from federation.events import Event
-from federation.jupyter import FederatedExecutor, TaskFuture
-from federation.local import LocalSites
-from federation.plots import plot_capacity, plot_predicted_vs_actual, plot_timeline
+from federation.core.envelope import ResourceEnvelope
+from federation.deploy.local import LocalSites
+from federation.interfaces.jupyter.executor import FederatedExecutor, TaskFuture
+from federation.interfaces.plots import plot_capacity, plot_predicted_vs_actual, plot_timeline
+from federation.runtime.events import Event
 from functions.workloads import fail_with
 
 TAG = "fed-figures"

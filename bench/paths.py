@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from federation.coordinator import Coordinator  # noqa: E402
-from federation.envelope import ResourceEnvelope  # noqa: E402
-from federation.local import PATHS, LocalSites  # noqa: E402
-from federation.tasks import ShellTask  # noqa: E402
+from federation.core.envelope import ResourceEnvelope  # noqa: E402
+from federation.core.tasks import ShellTask  # noqa: E402
+from federation.deploy.local import PATHS, LocalSites  # noqa: E402
+from federation.runtime.coordinator import Coordinator  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MEASURES = ("probe_round_s", "tiny_task_s", "start_seen_late_s")

@@ -10,7 +10,7 @@
    engine and Slurm job. Rounds alternate the order (ABBA); reported: the ratio of median
    end-to-end times (first submit to last result) and of the caller's submit-loop times.
    Needs the local federation (it is brought up if it is not).
-2. Placement decision latency, ``federation.placement.place`` over synthetic sites (three
+2. Placement decision latency, ``federation.placement.candidates.place`` over synthetic sites (three
    partitions each, the snapshot built by the real parser from
    :mod:`federation.parsing.synthetic`), for a CPU and a GPU envelope: median and P95.
 3. Snapshot parsing of a 50,000-job queue (``bench/bench_parsing.py``).
@@ -38,12 +38,12 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from federation.envelope import ResourceEnvelope  # noqa: E402
+from federation.core.envelope import ResourceEnvelope  # noqa: E402
+from federation.core.snapshot import FederationSnapshot  # noqa: E402
+from federation.core.spec import PartitionSpec, SiteSpec  # noqa: E402
 from federation.parsing.snapshot_builder import build_site_snapshot  # noqa: E402
 from federation.parsing.synthetic import BASE, synthetic_probe  # noqa: E402
-from federation.placement import place  # noqa: E402
-from federation.sites.spec import PartitionSpec, SiteSpec  # noqa: E402
-from federation.snapshot import FederationSnapshot  # noqa: E402
+from federation.placement.candidates import place  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -175,7 +175,7 @@ def _run_direct(ex: Any, n: int) -> DispatchRun:
 
 
 def _run_coordinator(coord: Any, env: ResourceEnvelope, snap: Any, n: int) -> DispatchRun:
-    from federation.tasks import PythonTask
+    from federation.core.tasks import PythonTask
     from functions.workloads import square
 
     t0 = time.perf_counter()
@@ -195,9 +195,9 @@ def dispatch_overhead(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Coordinator versus direct Executor on the same endpoint engine (see module doc)."""
+    from federation.deploy.local import LocalSites
     from federation.endpoint.manager import local_endpoint_id
-    from federation.endpoint_config import shape_to_user_config
-    from federation.local import LocalSites
+    from federation.sites.endpoint_config import shape_to_user_config
     from functions.workloads import square
 
     local = LocalSites()

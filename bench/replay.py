@@ -37,10 +37,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from federation.envelope import ResourceEnvelope, Shape  # noqa: E402
-from federation.hardware import speed_prior  # noqa: E402
-from federation.lateness import LateAdjusted, LateBoard, QueuedCopy  # noqa: E402
-from federation.metrics import (  # noqa: E402
+from federation.core.envelope import ResourceEnvelope, Shape  # noqa: E402
+from federation.core.hardware import speed_prior  # noqa: E402
+from federation.core.snapshot import FederationSnapshot, SiteSnapshot  # noqa: E402
+from federation.core.spec import SiteSpec, load_sites  # noqa: E402
+from federation.placement.candidates import (  # noqa: E402
+    Candidate,
+    PlacementDecision,
+    enumerate_candidates,
+)
+from federation.placement.lateness import LateAdjusted, LateBoard, QueuedCopy  # noqa: E402
+from federation.placement.metrics import (  # noqa: E402
     Outcome,
     PolicySummary,
     first_to_start,
@@ -49,12 +56,7 @@ from federation.metrics import (  # noqa: E402
     hedged_over_time,
     summarize,
 )
-from federation.placement import (  # noqa: E402
-    Candidate,
-    PlacementDecision,
-    enumerate_candidates,
-)
-from federation.policies import (  # noqa: E402
+from federation.placement.policies import (  # noqa: E402
     Policy,
     Watch,
     best_feasible,
@@ -65,13 +67,11 @@ from federation.policies import (  # noqa: E402
     twin_hedge,
     twin_watch,
 )
-from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.placement.twin import TwinPredictor  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimSite  # noqa: E402
 from federation.sim.traces import TraceJob, default_trace_dir, load_swf  # noqa: E402
-from federation.sites.spec import SiteSpec, load_sites  # noqa: E402
-from federation.snapshot import FederationSnapshot, SiteSnapshot  # noqa: E402
-from federation.twin import TwinPredictor  # noqa: E402
 
 SITES = ("delta", "deltaai", "anvil", "vista")
 TRACES = {"KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz", "CEA-Curie": "CEA-Curie-2011-2.1-cln.swf.gz"}
@@ -260,7 +260,8 @@ def run_cell(
     usage = UsageRatioModel()
     last_look = 0.0
     # a datasheet prior of each partition's GPU speed until a workload has run there (not the
-    # simulator's true speeds, GPU_SPEED: a different, public estimate; see federation.hardware)
+    # simulator's true speeds, GPU_SPEED: a different, public estimate;
+    # see federation.core.hardware)
     prior = speed_prior(specs.values()) if runtime_prior else None
     learning = Learning(lambda: TaskRuntimeModel(speed=prior, optimism=runtime_optimism))
     twin_pred = TwinPredictor(specs, usage, samples=twin_samples)

@@ -30,14 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from federation.envelope import Shape  # noqa: E402
-from federation.runtime_model import UsageRatioModel  # noqa: E402
+from federation.core.envelope import Shape  # noqa: E402
+from federation.core.snapshot import SiteSnapshot  # noqa: E402
+from federation.core.spec import SiteSpec, load_sites  # noqa: E402
+from federation.placement.runtime_model import UsageRatioModel  # noqa: E402
+from federation.placement.twin import TwinPredictor  # noqa: E402
 from federation.sim.load import background_load  # noqa: E402
 from federation.sim.queue import SimJob  # noqa: E402
 from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
-from federation.sites.spec import SiteSpec, load_sites  # noqa: E402
-from federation.snapshot import SiteSnapshot  # noqa: E402
-from federation.twin import TwinPredictor  # noqa: E402
 
 TRACES = {"KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz", "CEA-Curie": "CEA-Curie-2011-2.1-cln.swf.gz"}
 UTIL = {"delta": 1.4, "deltaai": 1.2, "anvil": 1.35, "vista": 1.3}

@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import replay  # noqa: E402
-from federation.envelope import Shape  # noqa: E402
-from federation.runtime_model import UsageRatioModel  # noqa: E402
+from federation.core.envelope import Shape  # noqa: E402
+from federation.placement.runtime_model import UsageRatioModel  # noqa: E402
+from federation.placement.twin import TwinPredictor  # noqa: E402
 from federation.sim.queue import DEFAULT_EPOCH, SimJob  # noqa: E402
 from federation.sim.traces import default_trace_dir, load_swf  # noqa: E402
-from federation.twin import TwinPredictor  # noqa: E402
 
 MODELS = {  # name: (per partition, censored)
     "site": (False, False),

@@ -39,9 +39,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from federation.core.spec import PartitionSpec, SiteSpec
 from federation.sim.queue import SimJob, SimSite
 from federation.sim.traces import TraceJob, default_trace_dir, load_swf
-from federation.sites.spec import PartitionSpec, SiteSpec
 
 DAY = 86400.0
 

@@ -1,8 +1,7 @@
 """Agentic control of federated HPC resources through Globus Compute endpoints on Slurm."""
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope, Shape, StageIn
-from federation.errors import (
+from federation.core.envelope import ResourceEnvelope, Shape, StageIn
+from federation.core.errors import (
     BadEnvelopeError,
     FederationError,
     NoFeasibleSiteError,
@@ -13,14 +12,15 @@ from federation.errors import (
     TemplateVariableError,
     UnknownSiteError,
 )
-from federation.events import Event, EventBus
-from federation.handles import TaskHandle, TaskResult
-from federation.hooks import CommandHook, WebhookHook
-from federation.milestones import Milestones
-from federation.placement import PlacementDecision, place
+from federation.core.snapshot import FederationSnapshot, SiteSnapshot
+from federation.core.tasks import PythonTask, ShellTask
+from federation.placement.candidates import PlacementDecision, place
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event, EventBus
+from federation.runtime.handles import TaskHandle, TaskResult
+from federation.runtime.hooks import CommandHook, WebhookHook
+from federation.runtime.milestones import Milestones
 from federation.security.policy import PolicyViolationError
-from federation.snapshot import FederationSnapshot, SiteSnapshot
-from federation.tasks import PythonTask, ShellTask
 from federation.transfer import TransferHandle
 
 __all__ = [

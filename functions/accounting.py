@@ -2,7 +2,7 @@
 
 Like the probes, each function imports everything inside its body and refers to no module
 global (it may be shipped by source); it returns raw text, parsed centrally by
-:mod:`federation.provenance`.
+:mod:`federation.runtime.provenance`.
 """
 
 from __future__ import annotations

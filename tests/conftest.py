@@ -44,7 +44,7 @@ def local_federation() -> Iterator[object]:
 def local(local_federation: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The local sites with their endpoints running (``LocalSites``), per test module (and
     per path, where the module runs on both: :data:`slurm_scene.BOTH_PATHS`)."""
-    from federation.local import LocalSites
+    from federation.deploy.local import LocalSites
 
     path = getattr(request, "param", "embedded")
     sites = LocalSites(home=local_federation.home, path=path)

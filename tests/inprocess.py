@@ -15,18 +15,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from federation.coordinator import Coordinator
-from federation.envelope import Shape
-from federation.sites.spec import SiteSpec, load_sites
-from federation.snapshot import (
+from federation.core.envelope import Shape
+from federation.core.snapshot import (
     FederationSnapshot,
     NodeRecord,
     PartitionSnapshot,
     SiteHealth,
     SiteSnapshot,
 )
-from federation.tasks import PythonTask, TaskSpec
-from federation.telemetry import Telemetry
+from federation.core.spec import SiteSpec, load_sites
+from federation.core.tasks import PythonTask, TaskSpec
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.telemetry import Telemetry
 
 _JOBS = itertools.count(1000)
 

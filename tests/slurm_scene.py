@@ -16,7 +16,7 @@ import pytest
 BOTH_PATHS = pytest.mark.parametrize("local", ["embedded", "cloud"], indirect=True)
 """Run a module's tests on both paths to the sites (``pytestmark = [..., BOTH_PATHS]``):
 ``embedded``, the offline service's shortcuts; ``cloud``, what real endpoints offer, through
-the strict stand-in of the Globus Compute service (:data:`federation.local.PATHS`)."""
+the strict stand-in of the Globus Compute service (:data:`federation.deploy.local.PATHS`)."""
 
 FILLERS = 4
 """Jobs of a whole CPU node each: two run on Delta's two CPU nodes, two wait behind them."""

@@ -3,11 +3,11 @@
 The same test bodies run over the ``local`` site reached two ways:
 
 * ``local``: the site as :class:`~federation.sites.compute.ComputeSite` through
-  :class:`~federation.local.LocalSites` (its own offline web service, adopter re-attach);
-* ``cloud``: the SAME site as :class:`~federation.globus.cloud.CloudSite`, built by
-  :class:`~federation.config.Deployment` from a ``federation.yaml`` that says
+  :class:`~federation.deploy.local.LocalSites` (its own offline web service, adopter re-attach);
+* ``cloud``: the SAME site as :class:`~federation.sites.cloud.CloudSite`, built by
+  :class:`~federation.deploy.config.Deployment` from a ``federation.yaml`` that says
   ``backend: globus`` with the site's endpoint id. Its real SDK ``Client`` talks to a
-  :class:`~federation.globus.offline.LocalComputeService` standing in for the Globus cloud
+  :class:`~federation.standin.compute_service.LocalComputeService` standing in for the Globus cloud
   at the ``requests`` transport seam, so the cloud code path runs for real (endpoint status
   and metadata checks, payload limit, task-group re-attach without an adopter) against the
   real endpoint daemon and Slurm. The stand-in cloud outlives the coordinators, as the real
@@ -25,22 +25,22 @@ from typing import Any
 import pytest
 from globus_compute_sdk import Client, Executor
 
-from federation.config import Deployment, load_config
-from federation.coordinator import Coordinator
-from federation.endpoint.manager import local_endpoint_id
-from federation.envelope import ResourceEnvelope
-from federation.errors import (
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import (
     FederationError,
     NoFeasibleSiteError,
     PayloadTooLargeError,
     TaskFailedError,
 )
-from federation.events import Event
-from federation.globus.auth import AuthSettings
-from federation.globus.cloud import PAYLOAD_LIMIT_BYTES, CloudSite
-from federation.globus.offline import LocalComputeService
-from federation.local import LocalSites
-from federation.tasks import PythonTask, ShellTask
+from federation.core.tasks import PythonTask, ShellTask
+from federation.deploy.config import Deployment, load_config
+from federation.deploy.local import LocalSites
+from federation.endpoint.manager import local_endpoint_id
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.security.globus_auth import AuthSettings
+from federation.sites.cloud import PAYLOAD_LIMIT_BYTES, CloudSite
+from federation.standin.compute_service import LocalComputeService
 from functions.workloads import fail_with, report_allocation, square
 
 pytestmark = pytest.mark.slurm

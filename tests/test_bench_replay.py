@@ -21,10 +21,10 @@ from bench.replay import (  # noqa: E402
     _score_started,
     true_runtime,
 )
-from federation.metrics import Outcome  # noqa: E402
-from federation.placement import snapshot_wait  # noqa: E402
-from federation.policies import Watch, twin_watch  # noqa: E402
-from federation.runtime_model import TaskRuntimeModel  # noqa: E402
+from federation.placement.candidates import snapshot_wait  # noqa: E402
+from federation.placement.metrics import Outcome  # noqa: E402
+from federation.placement.policies import Watch, twin_watch  # noqa: E402
+from federation.placement.runtime_model import TaskRuntimeModel  # noqa: E402
 
 W = WORKLOADS[0]
 SPEC_BY_NAME = {s.name: s for s in SPECS}

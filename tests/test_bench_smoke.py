@@ -33,7 +33,7 @@ def test_placement_latencies_are_positive_and_counted(n_sites: int) -> None:
 
 
 def test_placement_over_synthetic_sites_considers_every_site() -> None:
-    from federation.placement import place
+    from federation.placement.candidates import place
 
     specs, snap, now = perf.synthetic_federation(7, 100)
     d = place(perf.GPU_ENVELOPE, specs, snap, now=now)
@@ -92,7 +92,7 @@ def test_load_placement_grid_and_windows() -> None:
 def test_tally_counts_terminal_events_once_each() -> None:
     from datetime import UTC, datetime
 
-    from federation.events import Event
+    from federation.runtime.events import Event
 
     t = load.Tally()
     now = datetime.now(UTC)

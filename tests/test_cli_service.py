@@ -18,11 +18,11 @@ import typer
 from inprocess import FixedCoordinator, inprocess_coordinator
 from typer.testing import CliRunner
 
-from federation.cli_tasks import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, register
-from federation.service.app import create_app
-from federation.service.server import running
-from federation.service.tokens import TokenStore
-from federation.storage import site_storage
+from federation.core.storage import site_storage
+from federation.interfaces.cli.tasks import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, register
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.server import running
+from federation.security.tokens import TokenStore
 from federation.transfer import LocalCopyBackend
 
 runner = CliRunner()

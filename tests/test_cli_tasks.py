@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from federation.cli_tasks import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, register
+from federation.interfaces.cli.tasks import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, register
 
 runner = CliRunner()
 
@@ -109,7 +109,7 @@ closed_reader_ok = pytest.mark.filterwarnings(
 
 @pytest.fixture(scope="module")
 def home(local_federation: Any) -> str:
-    from federation.local import LocalSites
+    from federation.deploy.local import LocalSites
 
     LocalSites(home=local_federation.home).up()
     return str(local_federation.home)

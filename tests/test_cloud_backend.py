@@ -3,7 +3,7 @@
 Only the Globus web services are answered, at the transport seam, by the ``responses``
 library (and ``globus_sdk.testing`` registered responses where they exist); the AMQP
 result stream, which cannot run here, is the SDK's own result watcher fed in-process
-(``federation.globus.offline.InProcessResultWatcher``). Globus Auth runs for real through a
+(``federation.standin.compute_service.InProcessResultWatcher``). Globus Auth runs for real through a
 ``ClientApp`` whose client-credentials grant is answered the same way.
 """
 
@@ -26,20 +26,20 @@ from globus_compute_sdk import Client, Executor
 from globus_compute_sdk.sdk.executor import _ResultWatcher
 from globus_sdk.testing import get_response_set
 
-from federation.endpoint_config import shape_to_user_config
-from federation.envelope import Shape
-from federation.errors import (
+from federation.core.envelope import Shape
+from federation.core.errors import (
     LoginRequiredError,
     PayloadTooLargeError,
     PermissionDeniedError,
     SiteUnavailableError,
     VersionMismatchError,
 )
-from federation.globus.auth import AuthSettings, build_app
-from federation.globus.cloud import PAYLOAD_LIMIT_BYTES, CloudSite, payload_size_bytes
-from federation.globus.offline import InProcessResultWatcher
-from federation.sites.spec import load_site
-from federation.tasks import PythonTask, ShellTask
+from federation.core.spec import load_site
+from federation.core.tasks import PythonTask, ShellTask
+from federation.security.globus_auth import AuthSettings, build_app
+from federation.sites.cloud import PAYLOAD_LIMIT_BYTES, CloudSite, payload_size_bytes
+from federation.sites.endpoint_config import shape_to_user_config
+from federation.standin.compute_service import InProcessResultWatcher
 from functions.workloads import square
 
 COMPUTE = "https://compute.api.globus.org"

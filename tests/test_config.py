@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from globus_compute_sdk import Client
 
-from federation.config import Deployment, FederationConfig, find_config, load_config
-from federation.errors import ConfigError
-from federation.globus.auth import AuthSettings
-from federation.globus.cloud import CloudSite
+from federation.core.errors import ConfigError
+from federation.deploy.config import Deployment, FederationConfig, find_config, load_config
+from federation.security.globus_auth import AuthSettings
+from federation.sites.cloud import CloudSite
 from federation.sites.compute import ComputeSite
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def test_placement_policy_is_named_in_the_config_and_checked(tmp_path: Path) -> 
 def test_serve_refuses_an_unknown_placement_before_starting_anything() -> None:
     from typer.testing import CliRunner
 
-    from federation.cli import app
+    from federation.interfaces.cli.main import app
 
     res = CliRunner().invoke(app, ["serve", "--placement", "fastest", "--no-up"])
     assert res.exit_code == 2

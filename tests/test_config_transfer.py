@@ -18,10 +18,10 @@ from globus_compute_sdk import Client
 from globus_sdk.testing import RegisteredResponse, get_response_set, load_response
 from globus_sdk.transport import RetryConfig
 
-from federation.config import Deployment, load_config
-from federation.errors import ConfigError, TransferError
-from federation.events import EventBus
-from federation.globus.auth import AuthSettings
+from federation.core.errors import ConfigError, TransferError
+from federation.deploy.config import Deployment, load_config
+from federation.runtime.events import EventBus
+from federation.security.globus_auth import AuthSettings
 from federation.transfer import (
     DataRef,
     GlobusTransferBackend,

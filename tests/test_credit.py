@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.snapshot_builder import build_site_snapshot
 from federation.parsing.sshare import (
     SSHARE_FIELDS,
@@ -150,7 +150,7 @@ def test_old_probe_without_sshare_has_no_allocation_and_no_warning() -> None:
 def test_probe_on_real_slurm_reports_the_sites_account(local_federation: Any) -> None:
     import os
 
-    from federation.sites.spec import load_site
+    from federation.core.spec import load_site
     from functions.probes import probe_slurm
 
     spec = load_site("delta")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from slurm_scene import wait_until_quiet
 
-from federation.demo import run_demo
+from federation.interfaces.demo import run_demo
 
 pytestmark = pytest.mark.slurm
 

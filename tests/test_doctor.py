@@ -16,9 +16,9 @@ import pytest
 from inprocess import inprocess_coordinator
 from typer.testing import CliRunner
 
-from federation.cli import app as cli_app
-from federation.doctor import Doctor
-from federation.snapshot import SiteHealth
+from federation.core.snapshot import SiteHealth
+from federation.interfaces.cli.main import app as cli_app
+from federation.interfaces.doctor import Doctor
 
 
 @pytest.mark.slurm

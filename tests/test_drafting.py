@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from federation.drafting import RuleDrafter, TaskHints, classify, draft_envelope, validate
-from federation.envelope import ResourceEnvelope
-from federation.errors import BadEnvelopeError
-from federation.sites.spec import load_sites
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import BadEnvelopeError
+from federation.core.spec import load_sites
+from federation.placement.drafting import RuleDrafter, TaskHints, classify, draft_envelope, validate
 
 SITES = load_sites()
 

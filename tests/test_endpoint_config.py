@@ -22,7 +22,9 @@ from parsl.launchers import SimpleLauncher, SrunLauncher
 from parsl.providers import LocalProvider, SlurmProvider
 from parsl.providers.slurm.template import template_string as slurm_template
 
-from federation.endpoint_config import (
+from federation.core.errors import TemplateVariableError
+from federation.core.spec import PartitionSpec, SiteSpec, load_site, load_sites, site_names
+from federation.sites.endpoint_config import (
     GENERATED_FILES,
     SCHEMA_FILE,
     TEMPLATE_FILE,
@@ -36,8 +38,6 @@ from federation.endpoint_config import (
     walltime_hms,
     walltime_max_pattern,
 )
-from federation.errors import TemplateVariableError
-from federation.sites.spec import PartitionSpec, SiteSpec, load_site, load_sites, site_names
 
 SITES = load_sites()
 SITE_NAMES = site_names()
@@ -94,7 +94,7 @@ def test_committed_files_equal_generated(site: str) -> None:
     for name, content in fresh.items():
         committed = (spec.config_dir / name).read_text()
         assert committed == content, (
-            f"{spec.config_dir / name} is stale: run python -m federation.endpoint_config"
+            f"{spec.config_dir / name} is stale: run python -m federation.sites.endpoint_config"
         )
     assert stale_files(spec) == []
 

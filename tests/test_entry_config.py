@@ -19,12 +19,12 @@ import typer
 from mcp import Client
 from typer.testing import CliRunner
 
-from federation.cli import app as cli_app
-from federation.connect import configured, connect
-from federation.envelope import ResourceEnvelope
-from federation.jupyter import FederatedExecutor
-from federation.mcp_server import build_server, embedded_ops
-from federation.service.ops import Operations
+from federation.core.envelope import ResourceEnvelope
+from federation.deploy.connect import configured, connect
+from federation.interfaces.cli.main import app as cli_app
+from federation.interfaces.jupyter.executor import FederatedExecutor
+from federation.interfaces.mcp_server import build_server, embedded_ops
+from federation.interfaces.service.ops import Operations
 from functions.workloads import square
 
 pytestmark = pytest.mark.slurm

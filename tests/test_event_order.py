@@ -16,9 +16,9 @@ import pytest
 from globus_compute_sdk.errors import TaskExecutionFailed
 from inprocess import FixedCoordinator, ThreadSite
 
-from federation.envelope import ResourceEnvelope
-from federation.sites.spec import load_sites
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.spec import load_sites
+from federation.core.tasks import PythonTask
 from functions.workloads import square
 
 ENV = ResourceEnvelope(sites=("local",), walltime_s=300)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from federation.envelope import ResourceEnvelope
-from federation.events import EventBus
-from federation.local import LocalSites
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.runtime.events import EventBus
 from functions.workloads import report_allocation
 
 
@@ -140,8 +140,8 @@ class _StartsBeforeAck:
 def test_a_start_reported_before_the_submit_reply_is_announced_before_the_end() -> None:
     from inprocess import FixedCoordinator
 
-    from federation.sites.spec import load_sites
-    from federation.telemetry import Telemetry
+    from federation.core.spec import load_sites
+    from federation.runtime.telemetry import Telemetry
 
     site = _StartsBeforeAck(load_sites(["local"])[0])
     coord = FixedCoordinator([site], telemetry=Telemetry(":memory:"))  # type: ignore[list-item]

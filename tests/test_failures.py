@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from federation.failures import classify
+from federation.core.failures import classify
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from federation.local import LocalSites
-from federation.store import Store
+from federation.deploy.local import LocalSites
+from federation.runtime.store import Store
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.events import Event
-from federation.handles import TaskHandle
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.runtime.handles import TaskHandle
 
 pytestmark = pytest.mark.slurm
 

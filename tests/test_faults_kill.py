@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from slurm_scene import fill_delta_cpu, wait_until_quiet
 
-from federation.coordinator import Coordinator
-from federation.groups import REPLACED
-from federation.local import LocalSites
-from federation.store import Store
+from federation.deploy.local import LocalSites
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.groups import REPLACED
+from federation.runtime.store import Store
 from federation.transfer.local import CHUNK_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from test_faults_engine import by_value, pid_then_work
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.events import Event
-from federation.handles import TaskHandle
-from federation.local import LocalSites
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
 from federation.localslurm.faults import SiteFaults
-from federation.tasks import PythonTask
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.runtime.handles import TaskHandle
 
 pytestmark = pytest.mark.slurm
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.events import EventBus
-from federation.local import LocalSites
-from federation.store import Store, StoreError
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import EventBus
+from federation.runtime.store import Store, StoreError
 from functions.workloads import square
 
 pytestmark = pytest.mark.slurm

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from slurm_scene import BOTH_PATHS, until
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.errors import SiteUnavailableError
-from federation.events import Event
-from federation.globus.cloud import CloudSite
-from federation.local import LocalSites
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import SiteUnavailableError
+from federation.core.tasks import PythonTask, ShellTask
+from federation.deploy.local import LocalSites
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.sites.cloud import CloudSite
 from federation.sites.compute import ComputeSite
-from federation.tasks import PythonTask, ShellTask
 from functions.faults import garbage_probe, slow_probe
 from functions.workloads import fail_with, report_allocation
 
@@ -157,7 +157,7 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
         assert delta is not None
         part = delta.partition("gpuA100x4")
         assert part is not None and part.jobs_pending >= 1
-        from federation.placement import place
+        from federation.placement.candidates import place
 
         d = place(env, [b.spec for b in coord.backends.values()], snap)
         assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from slurm_scene import BOTH_PATHS, fill_delta_cpu, wait_until_quiet
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.events import Event
-from federation.hooks import CommandHook
-from federation.local import LocalSites
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.runtime.hooks import CommandHook
 from functions.workloads import report_allocation
 
 pytestmark = [pytest.mark.slurm, BOTH_PATHS]

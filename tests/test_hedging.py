@@ -24,19 +24,19 @@ import pytest
 from inprocess import FixedCoordinator
 from slurm_scene import BOTH_PATHS, fill_delta_cpu, queued_jobs, until, wait_until_quiet
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope, Shape
-from federation.errors import FederationError
-from federation.events import Event
-from federation.handles import TaskHandle
-from federation.lateness import LateAdjusted
-from federation.local import LocalSites
-from federation.placement import Candidate
-from federation.policies import Policy, Watch, get_policy
-from federation.sites.spec import SiteSpec, load_sites
-from federation.store import Store
-from federation.tasks import PythonTask
-from federation.telemetry import Telemetry
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.errors import FederationError
+from federation.core.spec import SiteSpec, load_sites
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.placement.candidates import Candidate
+from federation.placement.lateness import LateAdjusted
+from federation.placement.policies import Policy, Watch, get_policy
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.events import Event
+from federation.runtime.handles import TaskHandle
+from federation.runtime.store import Store
+from federation.runtime.telemetry import Telemetry
 from functions.workloads import report_allocation, square
 
 _JOBS = itertools.count(5000)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from federation.events import EventBus
-from federation.hooks import CommandHook, HookRunner, WebhookHook
+from federation.runtime.events import EventBus
+from federation.runtime.hooks import CommandHook, HookRunner, WebhookHook
 
 
 class _Receiver:

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from inprocess import inprocess_coordinator
 
-from federation.envelope import ResourceEnvelope
-from federation.errors import NoFeasibleSiteError, TaskFailedError
-from federation.events import Event
-from federation.jupyter import FederatedExecutor, TaskFuture, describe_function
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import NoFeasibleSiteError, TaskFailedError
+from federation.interfaces.jupyter.executor import FederatedExecutor, TaskFuture, describe_function
+from federation.runtime.events import Event
 
 
 def square(x: int) -> int:
@@ -156,7 +156,7 @@ def test_dataframes_read_well(ex: FederatedExecutor) -> None:
     "ignore::pytest.PytestUnhandledThreadExceptionWarning"
 )  # see test_cli_tasks
 def test_executor_on_the_real_federation(local_federation: Any) -> None:
-    from federation.local import LocalSites
+    from federation.deploy.local import LocalSites
     from functions import workloads
 
     local = LocalSites(home=local_federation.home)

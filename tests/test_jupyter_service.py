@@ -12,13 +12,17 @@ import pandas as pd
 import pytest
 from inprocess import FixedCoordinator, inprocess_coordinator
 
-from federation.envelope import ResourceEnvelope
-from federation.errors import TaskFailedError
-from federation.events import Event
-from federation.jupyter import FederatedExecutor, NotCataloguedError, RemoteTaskFuture
-from federation.service.app import create_app
-from federation.service.server import running
-from federation.service.tokens import TokenStore
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import TaskFailedError
+from federation.interfaces.jupyter.executor import (
+    FederatedExecutor,
+    NotCataloguedError,
+    RemoteTaskFuture,
+)
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.server import running
+from federation.runtime.events import Event
+from federation.security.tokens import TokenStore
 from functions import workloads
 
 ENV = ResourceEnvelope(walltime_s=300)

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from globus_compute_sdk.serialize import ComputeSerializer
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope
-from federation.errors import TaskFailedError
-from federation.local import LocalSites
-from federation.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, ResultTooLargeError
-from federation.storage import site_storage
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import TaskFailedError
+from federation.core.storage import site_storage
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.results import DEFAULT_INLINE_LIMIT_BYTES, ResultRef, ResultTooLargeError
 from functions.results import make_bytes as blob
 
 ENV = ResourceEnvelope(sites=("local",), cpus_min=1, mem_gb_min=1, walltime_s=300)

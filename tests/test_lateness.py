@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from federation.envelope import ResourceEnvelope, Shape
-from federation.lateness import LateAdjusted, LateBoard, QueuedCopy
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.placement.lateness import LateAdjusted, LateBoard, QueuedCopy
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from federation.config import Deployment, FederationConfig, load_config
-from federation.globus.cloud import CloudSite
+from federation.core.tasks import ShellTask
+from federation.deploy.config import Deployment, FederationConfig, load_config
 from federation.parsing.snapshot_builder import build_site_snapshot
-from federation.tasks import ShellTask
+from federation.sites.cloud import CloudSite
 
 pytestmark = pytest.mark.globus_live
 
@@ -72,7 +72,7 @@ def test_probe_returns_a_snapshot(cloud_site: CloudSite) -> None:
 def test_shell_task_runs_in_a_slurm_allocation(cloud_site: CloudSite) -> None:
     spec = cloud_site.spec
     part = spec.partitions[0]
-    from federation.envelope import Shape
+    from federation.core.envelope import Shape
 
     shape = Shape(
         site=spec.name,

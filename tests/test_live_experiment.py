@@ -46,7 +46,7 @@ def test_tiny_live_run_accounts_for_every_task(local: Any) -> None:
         pytest.skip(f"KTH-SP2 trace not in {traces}: set FEDERATION_TRACES")
     live = _module()
     sites = ["delta", "anvil", "vista"]
-    from federation.local import LocalSites
+    from federation.deploy.local import LocalSites
 
     res = live.run_live(
         jobs=2,
@@ -88,9 +88,9 @@ def test_tiny_live_run_accounts_for_every_task(local: Any) -> None:
 
 def test_hedge_compares_twin_hedge_and_a_watch_in_real_seconds() -> None:
     live = _module()
-    from federation.policies import Watch
-    from federation.runtime_model import TaskRuntimeModel, UsageRatioModel
-    from federation.sites.spec import load_sites
+    from federation.core.spec import load_sites
+    from federation.placement.policies import Watch
+    from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel
 
     specs = {s.name: s for s in load_sites(["delta", "anvil"])}
     args = (specs, UsageRatioModel(), TaskRuntimeModel(), live.WORKLOADS[0], "delta", 4)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from federation.errors import SiteUnavailableError, UnknownSiteError
+from federation.core.errors import SiteUnavailableError, UnknownSiteError
+from federation.core.spec import SiteSpec, load_site, load_sites
 from federation.localslurm import LocalFederation, MissingBinaryError, accounts
 from federation.localslurm.cluster import node_ready
 from federation.localslurm.layout import Layout, Ports
@@ -27,7 +28,6 @@ from federation.localslurm.topology import (
     node_name,
     slurm_duration,
 )
-from federation.sites.spec import SiteSpec, load_site, load_sites
 
 SPECS = load_sites()
 
@@ -254,7 +254,7 @@ def test_missing_binary_says_what_to_do() -> None:
 
 
 def test_status_without_daemons(tmp_path: Path) -> None:
-    from federation.cli_sites import sites_app
+    from federation.interfaces.cli.sites import sites_app
 
     result = CliRunner().invoke(
         sites_app, ["status", "--json", "--home", str(tmp_path), "--site", "local"]

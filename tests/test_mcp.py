@@ -1,4 +1,4 @@
-"""A real MCP client drives the agent loop against ``python -m federation.mcp_server``.
+"""A real MCP client drives the agent loop against ``python -m federation.interfaces.mcp_server``.
 
 Over stdio and over streamable HTTP, on the local Slurm federation: list the tools (with
 their schemas), inspect, draft, submit, await events on the cursor until the task is done,
@@ -23,12 +23,12 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from federation.local import LocalSites
+from federation.deploy.local import LocalSites
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.server import free_port, running
 from federation.security.audit import AuditLog
 from federation.security.policy import CallerPolicy
-from federation.service.app import create_app
-from federation.service.server import free_port, running
-from federation.service.tokens import TokenStore
+from federation.security.tokens import TokenStore
 
 pytestmark = pytest.mark.slurm
 
@@ -161,7 +161,7 @@ def _assert_tools_called(transport: str) -> None:
 def test_stdio_agent_loop(home: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "federation.mcp_server", "--no-up"],
+        args=["-m", "federation.interfaces.mcp_server", "--no-up"],
         env=_server_env(home),
         cwd=str(ROOT),
     )
@@ -189,7 +189,7 @@ def http_mcp(
         [
             sys.executable,
             "-m",
-            "federation.mcp_server",
+            "federation.interfaces.mcp_server",
             "--transport",
             "http",
             "--port",
@@ -289,7 +289,7 @@ def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:
         with running(app) as base:
             params = StdioServerParameters(
                 command=sys.executable,
-                args=["-m", "federation.mcp_server", "--service", base],
+                args=["-m", "federation.interfaces.mcp_server", "--service", base],
                 env={**_server_env(home), "FEDERATION_TOKEN": token},
                 cwd=str(ROOT),
             )
@@ -321,14 +321,14 @@ def test_zz_report_latencies() -> None:
 
 def test_stdio_group_and_move_data(home: Path) -> None:
     """submit_group and move_data through a real MCP client session over stdio."""
-    from federation.storage import site_storage
+    from federation.core.storage import site_storage
 
     src = site_storage("local", home) / "mcp-test" / "input.txt"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("staged by an agent\n" * 100)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "federation.mcp_server", "--no-up"],
+        args=["-m", "federation.interfaces.mcp_server", "--no-up"],
         env=_server_env(home),
         cwd=str(ROOT),
     )

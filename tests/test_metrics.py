@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from federation.metrics import Outcome, hedged, near_fastest, summarize
+from federation.placement.metrics import Outcome, hedged, near_fastest, summarize
 
 
 def _o(c: float, oc: float, w: float = 0.0, ow: float = 0.0, pw: float | None = None) -> Outcome:
@@ -50,7 +50,7 @@ def test_hedge_first_start_wins_and_loser_held_queue_time() -> None:
 
 
 def test_a_copy_added_later_can_win_and_the_first_holds_until_then() -> None:
-    from federation.metrics import hedged_over_time
+    from federation.placement.metrics import hedged_over_time
 
     # submitted at 0 (starts at 5000), a second copy at 1800 starts at 2000 and wins
     comp, wait, held = hedged_over_time([(0.0, 5000.0, 5600.0), (1800.0, 2000.0, 2700.0)], 0.0)

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from federation.envelope import ResourceEnvelope
-from federation.events import EventBus
-from federation.milestones import Milestones, MilestoneWatcher, Timers
-from federation.store import Store
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.runtime.events import EventBus
+from federation.runtime.milestones import Milestones, MilestoneWatcher, Timers
+from federation.runtime.store import Store
 from functions.workloads import report_allocation
 
 QUICK = Milestones(queued_longer_than_predicted=True, queue_slack=0, queue_margin_s=0.05)

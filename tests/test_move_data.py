@@ -17,12 +17,12 @@ from globus_sdk.testing import RegisteredResponse, get_response_set, load_respon
 from globus_sdk.transport import RetryConfig
 from test_placement import NOW, SPECS, _fed  # the hand-built snapshots placement is tested on
 
-from federation.coordinator import Coordinator
-from federation.envelope import ResourceEnvelope, StageIn
-from federation.errors import BadEnvelopeError, TransferPathError, UnknownSiteError
-from federation.placement import TransferRates, enumerate_candidates, place
-from federation.sites.spec import site_names
-from federation.store import Store
+from federation.core.envelope import ResourceEnvelope, StageIn
+from federation.core.errors import BadEnvelopeError, TransferPathError, UnknownSiteError
+from federation.core.spec import site_names
+from federation.placement.candidates import TransferRates, enumerate_candidates, place
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.store import Store
 from federation.transfer import (
     GlobusCollection,
     GlobusTransferBackend,

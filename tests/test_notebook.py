@@ -35,7 +35,7 @@ def test_quickstart_runs_top_to_bottom(
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    from federation.local import LocalSites
+    from federation.deploy.local import LocalSites
 
     LocalSites(home=local_federation.home).up()
     spec_dir = tmp_path / "jupyter" / "kernels" / "federation"

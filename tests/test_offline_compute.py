@@ -18,8 +18,8 @@ from globus_compute_sdk import Executor, ShellFunction
 from globus_compute_sdk.errors import TaskExecutionFailed
 
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
-from federation.globus.offline import LocalComputeService
 from federation.sites.shipping import executor_serializer
+from federation.standin.compute_service import LocalComputeService
 from functions.workloads import fail_with, square
 
 PROBE = {"profile": "probe"}

@@ -36,23 +36,23 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
-from federation.cli_tasks import EXIT_ERROR, EXIT_OK, register
-from federation.events import Event
-from federation.jupyter import FederatedExecutor
-from federation.mcp_server import build_server
-from federation.remote_executor import RemoteTaskFuture
+from federation.core.spec import load_sites
+from federation.core.storage import site_storage
+from federation.interfaces.cli.tasks import EXIT_ERROR, EXIT_OK, register
+from federation.interfaces.jupyter.executor import FederatedExecutor
+from federation.interfaces.jupyter.remote import RemoteTaskFuture
+from federation.interfaces.mcp_server import build_server
+from federation.interfaces.service.app import Guard, create_app
+from federation.interfaces.service.client import ServiceClient
+from federation.interfaces.service.errors import OpsError
+from federation.interfaces.service.models import SubmitResponse
+from federation.interfaces.service.ops import LocalOps, Operations
+from federation.interfaces.service.server import running
+from federation.runtime.events import Event
+from federation.runtime.store import Store
 from federation.security.audit import AuditLog
 from federation.security.policy import CallerPolicy, PolicyGate, PolicySet
-from federation.service.app import Guard, create_app
-from federation.service.client import ServiceClient
-from federation.service.errors import OpsError
-from federation.service.models import SubmitResponse
-from federation.service.ops import LocalOps, Operations
-from federation.service.server import running
-from federation.service.tokens import TokenStore
-from federation.sites.spec import load_sites
-from federation.storage import site_storage
-from federation.store import Store
+from federation.security.tokens import TokenStore
 from federation.transfer import LocalCopyBackend
 
 DONE = {"walltime_s": 300, "sites": ["local"]}
@@ -644,7 +644,7 @@ def test_owners_and_cursors_survive_a_restart(tmp_path: Path) -> None:
 
     first = coordinator()
     ops = LocalOps(first, refresh_s=3600)
-    from federation.service.models import TaskRequest
+    from federation.interfaces.service.models import TaskRequest
 
     sub = ops.submit(
         TaskRequest.model_validate({"function": "square", "args": [3], "envelope": DONE}),

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from federation.errors import ParseError, ProbeError
+from federation.core.errors import ParseError, ProbeError
+from federation.core.snapshot import FederationSnapshot, JobRecord
 from federation.parsing.common import RECORD_SEP, UNIT_SEP
 from federation.parsing.scontrol import parse_scontrol_jobs, parse_scontrol_nodes
 from federation.parsing.sinfo import SINFO_FIELDS, parse_sinfo, parse_sinfo_json
@@ -38,7 +39,6 @@ from federation.parsing.squeue_start import (
     parse_squeue_start_default,
 )
 from federation.parsing.synthetic import BASE, PARTITIONS, expected_counts, synthetic_probe
-from federation.snapshot import FederationSnapshot, JobRecord
 from functions.probes import probe_slurm
 
 RECORDED = Path(__file__).parent / "fixtures" / "probe_output"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.gres import (
     UNTYPED,
     gpus_by_type,

@@ -6,11 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from federation.envelope import ResourceEnvelope, Shape, format_walltime
-from federation.errors import BadEnvelopeError, NoFeasibleSiteError
-from federation.placement import place, shape_in
-from federation.sites.spec import SiteSpec, load_sites
-from federation.snapshot import (
+from federation.core.envelope import ResourceEnvelope, Shape, format_walltime
+from federation.core.errors import BadEnvelopeError, NoFeasibleSiteError
+from federation.core.snapshot import (
     FederationSnapshot,
     JobRecord,
     NodeRecord,
@@ -18,6 +16,8 @@ from federation.snapshot import (
     SiteHealth,
     SiteSnapshot,
 )
+from federation.core.spec import SiteSpec, load_sites
+from federation.placement.candidates import place, shape_in
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPECS = load_sites()
@@ -225,9 +225,9 @@ def test_format_walltime() -> None:
 
 
 # --- policies ------------------------------------------------------------------------------
-from federation.hardware import GPU_MEMORY_BANDWIDTH_GBPS, gpu_speed, speed_prior  # noqa: E402
-from federation.placement import PlacementDecision, snapshot_wait  # noqa: E402
-from federation.policies import (  # noqa: E402
+from federation.core.hardware import GPU_MEMORY_BANDWIDTH_GBPS, gpu_speed, speed_prior  # noqa: E402
+from federation.placement.candidates import PlacementDecision, snapshot_wait  # noqa: E402
+from federation.placement.policies import (  # noqa: E402
     Policy,
     Watch,
     best_feasible,
@@ -238,7 +238,7 @@ from federation.policies import (  # noqa: E402
     twin_hedge,
     twin_watch,
 )
-from federation.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
+from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel  # noqa: E402
 
 DDP = ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=3600)
 

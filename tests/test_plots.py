@@ -14,20 +14,20 @@ import pytest
 from inprocess import idle_snapshot, inprocess_coordinator
 from matplotlib.figure import Figure
 
-from federation.envelope import ResourceEnvelope
-from federation.events import Event
-from federation.handles import TaskResult
-from federation.jupyter import FederatedExecutor
-from federation.parsing.snapshot_builder import unreachable_snapshot
-from federation.plots import (
+from federation.core.envelope import ResourceEnvelope
+from federation.core.snapshot import FederationSnapshot
+from federation.core.spec import load_sites
+from federation.interfaces.jupyter.executor import FederatedExecutor
+from federation.interfaces.plots import (
     capacity_by_site,
     plot_capacity,
     plot_predicted_vs_actual,
     plot_timeline,
 )
-from federation.sites.spec import load_sites
-from federation.snapshot import FederationSnapshot
-from federation.telemetry import Telemetry
+from federation.parsing.snapshot_builder import unreachable_snapshot
+from federation.runtime.events import Event
+from federation.runtime.handles import TaskResult
+from federation.runtime.telemetry import Telemetry
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -24,16 +24,16 @@ from hypothesis import strategies as st
 from inprocess import ThreadSite, inprocess_coordinator
 from pydantic import ValidationError
 
-from federation.drafting import TaskHints
-from federation.envelope import ResourceEnvelope
-from federation.errors import BadEnvelopeError, ProbeError, TemplateVariableError
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import BadEnvelopeError, ProbeError, TemplateVariableError
+from federation.core.spec import load_sites
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.models import DraftRequest, TaskRequest
 from federation.parsing import parse_sinfo, parse_squeue
 from federation.parsing.snapshot_builder import build_site_snapshot
-from federation.service.app import create_app
-from federation.service.models import DraftRequest, TaskRequest
-from federation.service.tokens import TokenStore
+from federation.placement.drafting import TaskHints
+from federation.security.tokens import TokenStore
 from federation.sim.traces import TraceFormatError, load_swf
-from federation.sites.spec import load_sites
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe_output"
 MODEST = settings(max_examples=60, deadline=None, database=None)
@@ -284,7 +284,7 @@ BASE_OPTS = {"partition": "debug", "nodes": 1, "cpus": 1, "mem_gb": 1, "walltime
 def test_template_variables_with_metacharacters_never_render(
     local_site: Any, var: str, value: str
 ) -> None:
-    from federation.endpoint_config import render_user_config
+    from federation.sites.endpoint_config import render_user_config
 
     safe = {
         "worker_init": SAFE_WORKER_INIT,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from federation.envelope import ResourceEnvelope
-from federation.provenance import fetch_accounting, parse_accounting
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.runtime.provenance import fetch_accounting, parse_accounting
 from functions.workloads import report_allocation
 
 SACCT_TEXT = (

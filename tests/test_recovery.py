@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from federation.envelope import ResourceEnvelope
-from federation.events import EventBus
-from federation.local import LocalSites
-from federation.store import Store
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
+from federation.runtime.events import EventBus
+from federation.runtime.store import Store
 from functions.workloads import square
 
 pytestmark = pytest.mark.slurm

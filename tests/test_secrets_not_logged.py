@@ -17,10 +17,10 @@ import httpx
 import pytest
 from inprocess import inprocess_coordinator
 
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.server import running
 from federation.security import AuditLog, CallerPolicy, PolicyGate
-from federation.service.app import create_app
-from federation.service.server import running
-from federation.service.tokens import RedactTokens, TokenStore
+from federation.security.tokens import RedactTokens, TokenStore
 
 
 @pytest.fixture

@@ -16,7 +16,12 @@ from fastapi.testclient import TestClient
 from inprocess import FixedCoordinator, ThreadSite, idle_snapshot, inprocess_coordinator
 from typer.testing import CliRunner
 
-from federation.envelope import ResourceEnvelope
+from federation.core.envelope import ResourceEnvelope
+from federation.core.snapshot import AllocationScope, FederationSnapshot
+from federation.core.spec import load_sites
+from federation.core.tasks import PythonTask, ShellTask
+from federation.interfaces.service.app import create_app
+from federation.runtime.store import Store
 from federation.security import (
     AuditLog,
     CallerPolicy,
@@ -26,12 +31,7 @@ from federation.security import (
     load_policies,
 )
 from federation.security.policy import PolicyFileError
-from federation.service.app import create_app
-from federation.service.tokens import TokenStore
-from federation.sites.spec import load_sites
-from federation.snapshot import AllocationScope, FederationSnapshot
-from federation.store import Store
-from federation.tasks import PythonTask, ShellTask
+from federation.security.tokens import TokenStore
 from functions.workloads import square
 
 ONE_HOUR = ResourceEnvelope(cpus_min=4, walltime_s=3600)
@@ -385,7 +385,7 @@ def test_policy_cli_lists_rejects_and_shows_the_audit(
 
     import typer
 
-    from federation.cli_policy import register
+    from federation.interfaces.cli.policy import register
 
     (tmp_path / "policy.yaml").write_text("callers:\n  hank: {require_approval: true}\n")
     backends = [ThreadSite(s) for s in load_sites(["local"])]
@@ -471,8 +471,8 @@ def test_hedge_copies_are_put_to_the_callers_policy(closing: list[FixedCoordinat
     """A hedge copy is one more hour on another site: within erin's daily 1.5 node-hours the
     chosen copy fits (1.0), the hedge would not (2.0), so it is refused, audited and not
     shipped; frank (no limit) gets both copies, and both count in the audit."""
-    from federation.placement import snapshot_wait
-    from federation.policies import twin_hedge
+    from federation.placement.candidates import snapshot_wait
+    from federation.placement.policies import twin_hedge
 
     coord = _coord({"erin": CallerPolicy(max_node_hours_per_day=1.5), "frank": CallerPolicy()})
     closing.append(coord)

@@ -15,14 +15,14 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from federation.catalog import CatalogError, UnknownFunctionError, default_catalog
-from federation.coordinator import Coordinator
+from federation.core.snapshot import FederationSnapshot
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.ops import LocalOps
+from federation.interfaces.service.server import running
 from federation.parsing.snapshot_builder import unreachable_snapshot
-from federation.service.app import create_app
-from federation.service.ops import LocalOps
-from federation.service.server import running
-from federation.service.tokens import RedactTokens, TokenStore
-from federation.snapshot import FederationSnapshot
+from federation.runtime.catalog import CatalogError, UnknownFunctionError, default_catalog
+from federation.runtime.coordinator import Coordinator
+from federation.security.tokens import RedactTokens, TokenStore
 from functions.workloads import square
 
 LOCAL = {"sites": ["local"], "walltime_s": 300}
@@ -99,7 +99,7 @@ def test_token_cli_issue_list_revoke(tmp_path: Path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from federation.cli_service import register
+    from federation.interfaces.cli.service import register
 
     app = typer.Typer()
     register(app)

@@ -20,16 +20,16 @@ from fastapi.testclient import TestClient
 from inprocess import FixedCoordinator, inprocess_coordinator
 from mcp import Client
 
-from federation.events import Event
-from federation.mcp_server import build_server
-from federation.service.app import create_app
-from federation.service.client import EventStream, ServiceClient, parse_sse
-from federation.service.errors import OpsError
-from federation.service.models import GroupRequest, TaskRequest
-from federation.service.ops import LocalOps, Operations
-from federation.service.server import running
-from federation.service.tokens import TokenStore
-from federation.storage import site_storage
+from federation.core.storage import site_storage
+from federation.interfaces.mcp_server import build_server
+from federation.interfaces.service.app import create_app
+from federation.interfaces.service.client import EventStream, ServiceClient, parse_sse
+from federation.interfaces.service.errors import OpsError
+from federation.interfaces.service.models import GroupRequest, TaskRequest
+from federation.interfaces.service.ops import LocalOps, Operations
+from federation.interfaces.service.server import running
+from federation.runtime.events import Event
+from federation.security.tokens import TokenStore
 from federation.transfer import LocalCopyBackend
 
 ENV = {"walltime_s": 300}
@@ -464,7 +464,7 @@ def test_mcp_group_over_streamable_http(coord: FixedCoordinator, tokens: TokenSt
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from federation.service.app import Guard
+    from federation.interfaces.service.app import Guard
 
     ops = LocalOps(coord, refresh_s=3600)
 

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from globus_compute_sdk.serialize import ComputeSerializer
 
-from federation.catalog import default_catalog
+from federation.core.tasks import PythonTask
 from federation.endpoint.worker_env import WorkerEnvMissing, worker_venv
-from federation.results import shipped
+from federation.runtime.catalog import default_catalog
+from federation.runtime.results import shipped
 from federation.sites import jobtags
 from federation.sites.shipping import code_payload, executor_serializer, is_own
-from federation.tasks import PythonTask
 from functions.accounting import sacct_jobs
 from functions.doctor import worker_facts
 from functions.faults import garbage_probe

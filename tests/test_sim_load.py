@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from federation.core.spec import PartitionSpec, SiteSpec, load_site
 from federation.sim.load import (
     WALLTIME_LADDER_S,
     BackgroundLoad,
@@ -16,7 +17,6 @@ from federation.sim.load import (
     window_offered,
 )
 from federation.sim.traces import Trace, TraceJob, default_trace_dir, load_swf
-from federation.sites.spec import PartitionSpec, SiteSpec, load_site
 
 CPU = PartitionSpec(
     name="cpu", nodes_real=100, nodes_local=1, cpus_per_node=128, mem_gb_per_node=256,

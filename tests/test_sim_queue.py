@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from federation.errors import FederationError
+from federation.core.errors import FederationError
+from federation.core.spec import SiteSpec
 from federation.sim.queue import (
     DEFAULT_EPOCH,
     SimJob,
@@ -15,7 +16,6 @@ from federation.sim.queue import (
     SimSite,
     UnknownSimJobError,
 )
-from federation.sites.spec import SiteSpec
 
 
 def make_spec(
@@ -324,7 +324,7 @@ def test_snapshot_stamps_with_the_given_wall_clock() -> None:
 
 
 def test_snapshot_records_validate_as_real_models() -> None:
-    from federation.snapshot import SiteSnapshot
+    from federation.core.snapshot import SiteSnapshot
 
     site = SimSite(make_spec(nodes=3, gpus=2))
     for k in range(6):

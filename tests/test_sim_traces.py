@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from federation.errors import FederationError
+from federation.core.errors import FederationError
 from federation.sim.traces import (
     TraceFormatError,
     TraceJob,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from federation.sites.spec import PartitionSpec, SiteSpec, load_site
+from federation.core.spec import PartitionSpec, SiteSpec, load_site
 
 CPU = {"nodes_real": 2, "nodes_local": 1, "max_walltime_s": 3600}
 

@@ -1,7 +1,7 @@
 """The web-service stand-in behaves as the Globus Compute service does (docs/STAND-IN.md).
 
 Everything goes through the real SDK ``Client``/``Executor`` from
-:class:`~federation.globus.offline.LocalComputeService` and, where an endpoint is needed,
+:class:`~federation.standin.compute_service.LocalComputeService` and, where an endpoint is needed,
 a real endpoint daemon in a temporary run dir with the ``probe`` profile (LocalProvider on
 this machine: no Slurm). Each daemon heartbeats every 0.2 s (``FEDERATION_EP_HEARTBEAT_S``)
 so that a lost heartbeat shows within a second.
@@ -24,13 +24,13 @@ from globus_compute_sdk import Client, Executor
 from globus_compute_sdk.errors import TaskExecutionFailed
 from globus_sdk import GlobusAPIError
 
+from federation.core.errors import SiteUnavailableError
 from federation.endpoint import protocol
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
-from federation.errors import SiteUnavailableError
-from federation.globus.cloud import PAYLOAD_LIMIT_BYTES
-from federation.globus.offline import LocalComputeService
-from federation.globus.offline_queue import EndpointLink
+from federation.sites.cloud import PAYLOAD_LIMIT_BYTES
 from federation.sites.shipping import executor_serializer
+from federation.standin.compute_service import LocalComputeService
+from federation.standin.endpoint_link import EndpointLink
 from functions.workloads import square
 
 SITE = "local"

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from inprocess import FixedCoordinator
 
-import federation.coordinator as coordinator_module
-from federation.envelope import ResourceEnvelope, Shape
-from federation.sites.spec import SiteSpec, load_sites
-from federation.tasks import PythonTask, TaskSpec
+import federation.runtime.coordinator as coordinator_module
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.spec import SiteSpec, load_sites
+from federation.core.tasks import PythonTask, TaskSpec
 from functions.workloads import square
 
 ENV = ResourceEnvelope(sites=("local",), walltime_s=300)

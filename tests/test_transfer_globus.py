@@ -17,15 +17,15 @@ import responses
 from globus_sdk.testing import RegisteredResponse, get_response_set, load_response
 from globus_sdk.transport import RetryConfig
 
-from federation.errors import (
+from federation.core.errors import (
     DataNotFoundError,
     TransferAuthError,
     TransferPathError,
     TransferUnavailableError,
     UnknownSiteError,
 )
-from federation.events import EventBus
-from federation.store import Store
+from federation.runtime.events import EventBus
+from federation.runtime.store import Store
 from federation.transfer import (
     DataRef,
     GlobusCollection,

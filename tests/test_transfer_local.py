@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from federation.errors import (
+from federation.core.errors import (
     DataNotFoundError,
     TransferError,
     TransferPathError,
     UnknownSiteError,
 )
-from federation.events import EventBus
-from federation.store import Store
+from federation.runtime.events import EventBus
+from federation.runtime.store import Store
 from federation.transfer import (
     DataRef,
     LocalCopyBackend,

@@ -8,15 +8,15 @@ from datetime import timedelta
 
 import pytest
 
-from federation.envelope import ResourceEnvelope, Shape
-from federation.policies import twin, twin_hedge
-from federation.runtime_model import UsageRatioModel
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.snapshot import FederationSnapshot, SiteSnapshot
+from federation.core.spec import SiteSpec, load_sites
+from federation.placement.policies import twin, twin_hedge
+from federation.placement.runtime_model import UsageRatioModel
+from federation.placement.twin import TwinPredictor
 from federation.sim.load import background_load
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimSite
 from federation.sim.traces import default_trace_dir, load_swf
-from federation.sites.spec import SiteSpec, load_sites
-from federation.snapshot import FederationSnapshot, SiteSnapshot
-from federation.twin import TwinPredictor
 
 
 def make_spec(nodes: int = 2, cpus: int = 4, mem_gb: int = 16, gpus: int = 0) -> SiteSpec:
@@ -301,7 +301,7 @@ def test_running_jobs_enter_the_usage_model_as_censored_observations() -> None:
 
 
 def test_kaplan_meier_quantiles_by_hand() -> None:
-    from federation.runtime_model import kaplan_meier_quantiles
+    from federation.placement.runtime_model import kaplan_meier_quantiles
 
     # 4 events, 4 censored at 0.25: S(0.1) = 7/8, S(0.2) = 7/8 * 6/7 = 3/4, then the
     # censored leave the risk set: S(0.3) = 3/4 * 1/2 = 3/8, S(0.4) = 0

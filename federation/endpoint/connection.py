@@ -10,8 +10,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
+from federation.core.errors import SiteUnavailableError
 from federation.endpoint import protocol
-from federation.errors import SiteUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from federation.core.errors import FederationError
+from federation.core.spec import SiteSpec, load_site
 from federation.endpoint import protocol
-from federation.errors import FederationError
-from federation.sites.spec import SiteSpec, load_site
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class SiteEndpoint:
     ) -> EngineSlot:
         from globus_compute_endpoint.endpoint.config.utils import load_config_yaml
 
-        from federation.endpoint_config import render_user_config
+        from federation.sites.endpoint_config import render_user_config
 
         opts_key = json.dumps([user_opts, user_runtime], sort_keys=True, default=str)
         rendered = self._rendered.get(opts_key)

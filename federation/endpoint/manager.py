@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from federation.core.errors import SiteUnavailableError
 from federation.endpoint.worker_env import worker_init, worker_venv
-from federation.errors import SiteUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import os
 import shlex
 from pathlib import Path
 
-from federation.errors import FederationError
+from federation.core.errors import FederationError
 
 ENV_VAR = "FEDERATION_WORKER_VENV"
 

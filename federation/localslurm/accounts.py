@@ -19,10 +19,10 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from federation.core.spec import SiteSpec
 from federation.localslurm.binaries import which
 from federation.localslurm.commands import check_slurm
 from federation.localslurm.errors import SlurmCommandError
-from federation.sites.spec import SiteSpec
 
 logger = logging.getLogger(__name__)
 

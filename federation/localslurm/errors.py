@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from federation.errors import SiteUnavailableError
+from federation.core.errors import SiteUnavailableError
 
 
 class LocalSlurmError(SiteUnavailableError):

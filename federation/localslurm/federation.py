@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from federation.errors import UnknownSiteError
+from federation.core.errors import UnknownSiteError
+from federation.core.spec import load_sites
 from federation.localslurm import accounts, mariadb, munge, slurmdbd
 from federation.localslurm.binaries import which
 from federation.localslurm.cluster import SiteCluster
@@ -27,7 +28,6 @@ from federation.localslurm.layout import Layout, Ports, default_home
 from federation.localslurm.process import Daemon, owned_processes, wait_stopped
 from federation.localslurm.status import DaemonStatus, SiteStatus
 from federation.localslurm.topology import cluster_spec
-from federation.sites.spec import load_sites
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from federation.sites.spec import site_names
+from federation.core.spec import site_names
 
 PORT_BASE_ENV = "FEDERATION_SLURM_PORT_BASE"
 DEFAULT_PORT_BASE = 17800

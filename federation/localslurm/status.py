@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from federation._model import Frozen
+from federation.core.model import Frozen
 
 
 class DaemonStatus(Frozen):

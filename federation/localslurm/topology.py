@@ -12,9 +12,9 @@ import re
 
 from pydantic import Field
 
-from federation._model import Frozen
+from federation.core.model import Frozen
+from federation.core.spec import PartitionSpec, SiteSpec
 from federation.localslurm.layout import Ports, site_index
-from federation.sites.spec import PartitionSpec, SiteSpec
 
 
 class NodeSpec(Frozen):

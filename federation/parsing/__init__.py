@@ -1,8 +1,8 @@
 """Parsers from raw Slurm output (probe text, JSON, third-party text) to snapshot models.
 
 One module per command family; :mod:`.snapshot_builder` turns a whole probe result into a
-:class:`federation.snapshot.SiteSnapshot`. The probe's own format is parsed strictly
-(:class:`federation.errors.ParseError` names the line); third-party formats skip malformed
+:class:`federation.core.snapshot.SiteSnapshot`. The probe's own format is parsed strictly
+(:class:`federation.core.errors.ParseError` names the line); third-party formats skip malformed
 lines and report them in ``warnings``.
 """
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 
 UNIT_SEP = "\x1f"
 RECORD_SEP = "\x1e"

@@ -13,7 +13,7 @@ Requests (``tres-per-node`` and friends): ``gres:gpu:a100:2`` (22.05), ``gres/gp
 
 from __future__ import annotations
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.common import clean, snippet
 from federation.parsing.hostlist import split_top
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.common import clean, snippet
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")

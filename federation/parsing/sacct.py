@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
+from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
     clean,
     json_int,
@@ -27,7 +28,6 @@ from federation.parsing.gres import parse_tres
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import parse_delimited
 from federation.parsing.times import epoch, parse_duration, parse_timestamp
-from federation.snapshot import JobStateName
 
 
 @dataclass(frozen=True)

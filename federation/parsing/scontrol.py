@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
+from federation.core.snapshot import JobRecord, NodeRecord
 from federation.parsing.common import clean, snippet
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts
@@ -29,7 +30,6 @@ from federation.parsing.times import (
     parse_memory,
     parse_timestamp,
 )
-from federation.snapshot import JobRecord, NodeRecord
 
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
 

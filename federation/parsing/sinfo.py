@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
+from federation.core.snapshot import NodeRecord
 from federation.parsing.common import (
     clean,
     json_int,
@@ -34,7 +35,6 @@ from federation.parsing.common import (
 from federation.parsing.gres import gpus_by_type
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.states import parse_node_state
-from federation.snapshot import NodeRecord
 
 SINFO_FIELDS: tuple[str, ...] = (
     "NodeList",

@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from federation.errors import ParseError, ProbeError
+from federation.core.errors import ParseError, ProbeError
+from federation.core.snapshot import (
+    AllocationScope,
+    JobRecord,
+    NodeRecord,
+    PartitionSnapshot,
+    SiteHealth,
+    SiteSnapshot,
+)
 from federation.parsing.common import snippet
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.scontrol import PartitionInfo, parse_scontrol_partitions
@@ -32,14 +40,6 @@ from federation.parsing.squeue import (
 )
 from federation.parsing.squeue_start import START_FIELDS, StartEstimate, parse_squeue_start
 from federation.parsing.sshare import SSHARE_FIELDS, allocation_from_shares, parse_sshare_text
-from federation.snapshot import (
-    AllocationScope,
-    JobRecord,
-    NodeRecord,
-    PartitionSnapshot,
-    SiteHealth,
-    SiteSnapshot,
-)
 
 PROBE_FORMAT = 1
 REQUIRED_COMMANDS = ("sinfo", "squeue", "scontrol_partition")

@@ -28,7 +28,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
+from federation.core.snapshot import JobRecord
 from federation.parsing.common import (
     clean,
     json_int,
@@ -49,7 +50,6 @@ from federation.parsing.times import (
     parse_timestamp,
     zone_suffix,
 )
-from federation.snapshot import JobRecord
 
 SQUEUE_FIELDS: tuple[str, ...] = (
     "JobArrayID",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.common import clean, snippet, split_records
 from federation.parsing.states import JOB_STATE_TABLE
 from federation.parsing.times import parse_timestamp, zone_suffix

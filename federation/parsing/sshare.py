@@ -3,7 +3,7 @@
 Two inputs: ``sshare --json`` (data_parser v0.0.40+, Slurm 23.11 and later) and the
 parsable text every Slurm prints (``sshare --noheader --parsable2 --format=...``, as the
 probe runs it). Both give the same :class:`ShareRecord` rows; :func:`allocation_from_shares`
-turns them into the :class:`~federation.snapshot.AllocationScope` of one account.
+turns them into the :class:`~federation.core.snapshot.AllocationScope` of one account.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
+from federation.core.snapshot import AllocationScope
 from federation.parsing.common import clean, json_int, json_number, json_str, load_json, snippet
-from federation.snapshot import AllocationScope
 
 SSHARE_FIELDS: tuple[str, ...] = (
     "Account",

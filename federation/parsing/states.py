@@ -1,4 +1,4 @@
-"""Node and job states -> the names in :mod:`federation.snapshot`, through one table each.
+"""Node and job states -> the names in :mod:`federation.core.snapshot`, through one table each.
 
 Node states arrive as ``sinfo`` long or short names with suffixes (``drained*``, ``mixed-``,
 ``draining@``, ``allocated+``), as ``+``-joined flag lists (``IDLE+DRAIN``,
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from federation.snapshot import JobStateName, NodeStateName
+from federation.core.snapshot import JobStateName, NodeStateName
 
 # --- node states ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.common import snippet
 
 # squeue -o %-codes -> the header squeue prints for them

@@ -15,7 +15,7 @@ import math
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
-from federation.errors import ParseError
+from federation.core.errors import ParseError
 from federation.parsing.common import NULLISH, snippet
 
 UNLIMITED_WORDS = frozenset({"unlimited", "infinite"})

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from federation._model import Frozen
+from federation.core.model import Frozen
 
 AuditDecision = Literal[
     "allowed", "denied", "unresolved", "approved", "rejected", "operator_access"
@@ -112,7 +112,7 @@ class AuditRecord(Frozen):
 
 
 def default_audit_db(home: Path | None = None) -> Path:
-    from federation.local import federation_home
+    from federation.deploy.local import federation_home
 
     return (home or federation_home()) / "audit.db"
 

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from federation._model import Frozen
-from federation.envelope import ResourceEnvelope
-from federation.placement import PlacementDecision
+from federation.core.envelope import ResourceEnvelope
+from federation.core.model import Frozen
+from federation.core.tasks import PythonTask, ShellTask, TaskSpec
+from federation.placement.candidates import PlacementDecision
 from federation.security.policy import PolicyOutcome
-from federation.tasks import PythonTask, ShellTask, TaskSpec
 
 HeldState = Literal["held", "approved", "rejected"]
 

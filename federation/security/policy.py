@@ -35,9 +35,11 @@ from typing import Any, Literal, Protocol
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from federation._model import Frozen
-from federation.envelope import ResourceEnvelope, Shape
-from federation.errors import FederationError
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.errors import FederationError
+from federation.core.model import Frozen
+from federation.core.snapshot import FederationSnapshot
+from federation.core.tasks import ShellTask, TaskSpec
 from federation.security.audit import (
     MAX_WHAT_CHARS,
     AuditDecision,
@@ -45,8 +47,6 @@ from federation.security.audit import (
     AuditRecord,
     default_audit_db,
 )
-from federation.snapshot import FederationSnapshot
-from federation.tasks import ShellTask, TaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +249,8 @@ class PolicyGate:
     def from_home(cls, home: Path | None = None, tokens_db: Path | None = None) -> PolicyGate:
         """Policies from ``home/policy.yaml`` (if present) and the token store (``tokens_db``,
         default the home's); audit in ``home/audit.db``."""
-        from federation.local import federation_home
-        from federation.service.tokens import TokenStore, default_token_db
+        from federation.deploy.local import federation_home
+        from federation.security.tokens import TokenStore, default_token_db
 
         h = home or federation_home()
         path = h / POLICY_FILE

@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from federation.errors import FederationError
+from federation.core.errors import FederationError
+from federation.core.spec import PartitionSpec, SiteSpec
 from federation.sim.queue import SimJob, SimSite
 from federation.sim.traces import Trace, TraceJob
-from federation.sites.spec import PartitionSpec, SiteSpec
 
 __all__ = [
     "WALLTIME_LADDER_S",

@@ -2,7 +2,7 @@
 
 Model
 -----
-* Each partition of the :class:`~federation.sites.spec.SiteSpec` is ``N`` identical nodes with
+* Each partition of the :class:`~federation.core.spec.SiteSpec` is ``N`` identical nodes with
   ``cpus_per_node`` CPUs, ``mem_gb_per_node`` GB and ``gpus_per_node`` GPUs. Partitions do not
   share nodes, so they are simulated independently.
 * A :class:`SimJob` asks for ``nodes`` x (CPUs, memory, GPUs) per node and a time limit
@@ -47,7 +47,7 @@ so that a twin rebuilt from a snapshot sees the same simultaneous ends as the si
 
 Snapshots
 ---------
-:meth:`SimSite.snapshot` emits the same :class:`~federation.snapshot.SiteSnapshot` a probe of
+:meth:`SimSite.snapshot` emits the same :class:`~federation.core.snapshot.SiteSnapshot` a probe of
 a real site produces. Pending jobs carry a Slurm-style start estimate that assumes every job
 runs to its time limit and nothing else arrives: the head job gets its exact EASY shadow time;
 the jobs behind it are planned in priority order on a pooled capacity profile (each job
@@ -76,9 +76,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from federation.errors import FederationError
-from federation.sites.spec import PartitionSpec, SiteSpec
-from federation.snapshot import (
+from federation.core.errors import FederationError
+from federation.core.snapshot import (
     JobRecord,
     NodeRecord,
     NodeStateName,
@@ -86,6 +85,7 @@ from federation.snapshot import (
     SiteHealth,
     SiteSnapshot,
 )
+from federation.core.spec import PartitionSpec, SiteSpec
 
 __all__ = [
     "DEFAULT_EPOCH",

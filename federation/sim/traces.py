@@ -38,7 +38,7 @@ from typing import NamedTuple, overload
 import numpy as np
 import pandas as pd
 
-from federation.errors import FederationError
+from federation.core.errors import FederationError
 
 __all__ = [
     "SWF_FIELDS",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
-from federation.envelope import Shape
-from federation.sites.spec import SiteSpec
-from federation.tasks import TaskSpec
+from federation.core.envelope import Shape
+from federation.core.spec import SiteSpec
+from federation.core.tasks import TaskSpec
 
 
 @runtime_checkable

@@ -18,13 +18,13 @@ from typing import Any
 
 from globus_compute_sdk import Client, Executor, ShellFunction
 
-from federation.endpoint_config import shape_to_user_config
-from federation.envelope import Shape
-from federation.errors import SiteUnavailableError
+from federation.core.envelope import Shape
+from federation.core.errors import SiteUnavailableError
+from federation.core.spec import SiteSpec
+from federation.core.tasks import PythonTask, ShellTask, TaskSpec
 from federation.sites import jobtags
+from federation.sites.endpoint_config import shape_to_user_config
 from federation.sites.shipping import code_payload, executor_serializer
-from federation.sites.spec import SiteSpec
-from federation.tasks import PythonTask, ShellTask, TaskSpec
 from functions.jobs import unless_cancelled
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Iterable
 
-from federation._model import Frozen
+from federation.core.model import Frozen
 
 JOB_NAME_PREFIX = "fed."
 MARKER_DIR = ".federation-jobs/cancelled"

@@ -1,9 +1,9 @@
 """move_data: transfers between site storage, over Globus Transfer or local copies."""
 
+from federation.runtime.transfers import TransferHandle, TransferManager
 from federation.transfer.backend import Reporter, TransferBackend
 from federation.transfer.globus import GlobusCollection, GlobusTransferBackend
 from federation.transfer.local import LocalCopyBackend
-from federation.transfer.manager import TransferHandle, TransferManager
 from federation.transfer.models import (
     DataRef,
     SyncLevel,

@@ -21,7 +21,7 @@ class TransferBackend(Protocol):
         ...
 
     def validate(self, request: TransferRequest) -> None:
-        """Raise a :class:`~federation.errors.TransferError` for a request that cannot run
+        """Raise a :class:`~federation.core.errors.TransferError` for a request that cannot run
         (unknown site, path outside the storage root, missing source) before anything moves."""
         ...
 
@@ -31,7 +31,7 @@ class TransferBackend(Protocol):
         """Begin (or, after a restart, resume from ``resume``) moving the data; return soon.
 
         Returns the status once started (for Globus, with its task id). A failure to begin
-        raises a :class:`~federation.errors.TransferError`; everything later is reported,
+        raises a :class:`~federation.core.errors.TransferError`; everything later is reported,
         ending with exactly one terminal status. ``queued`` reports are persisted only
         (e.g. a Globus submission id, before the task is submitted).
         """

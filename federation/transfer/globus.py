@@ -23,14 +23,14 @@ from typing import Any, TypeVar
 import globus_sdk
 from pydantic import Field, field_validator
 
-from federation._model import Frozen
-from federation.errors import (
+from federation.core.errors import (
     DataNotFoundError,
     TransferAuthError,
     TransferError,
     TransferUnavailableError,
     UnknownSiteError,
 )
+from federation.core.model import Frozen
 from federation.transfer.backend import Reporter
 from federation.transfer.models import DataRef, TransferRequest, TransferStatus
 from federation.transfer.paths import under_root

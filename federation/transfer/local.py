@@ -19,13 +19,13 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from federation.errors import (
+from federation.core.errors import (
     DataNotFoundError,
     TransferError,
     TransferPathError,
     UnknownSiteError,
 )
-from federation.storage import site_storage
+from federation.core.storage import site_storage
 from federation.transfer.backend import Reporter
 from federation.transfer.models import DataRef, SyncLevel, TransferRequest, TransferStatus
 from federation.transfer.paths import under_root

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from federation._model import Frozen
+from federation.core.model import Frozen
 
 SyncLevel = Literal["exists", "size", "mtime", "checksum"]
 """When the destination already holds the data, skip it (Globus Transfer's sync levels):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from federation.errors import TransferPathError
+from federation.core.errors import TransferPathError
 
 
 def under_root(root: str, path: str, site: str) -> str:

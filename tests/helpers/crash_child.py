@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from federation.envelope import ResourceEnvelope
-from federation.local import LocalSites
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
 from functions.workloads import report_allocation
 
 

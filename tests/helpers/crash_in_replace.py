@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from federation.envelope import ResourceEnvelope
-from federation.groups import REPLACED
-from federation.local import LocalSites
-from federation.tasks import ShellTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import ShellTask
+from federation.deploy.local import LocalSites
+from federation.runtime.groups import REPLACED
 
 POINTS = ("after_cancel", "after_submit")
 

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from federation.envelope import ResourceEnvelope
-from federation.local import LocalSites
-from federation.tasks import PythonTask
+from federation.core.envelope import ResourceEnvelope
+from federation.core.tasks import PythonTask
+from federation.deploy.local import LocalSites
 from functions.workloads import square
 
 

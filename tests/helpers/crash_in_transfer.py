@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from federation.coordinator import Coordinator
-from federation.storage import site_storage
-from federation.store import Store
+from federation.core.storage import site_storage
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.store import Store
 from federation.transfer import local as local_copy
 
 

@@ -1,0 +1,277 @@
+"""The normalized, timestamped view of the federation that probes produce.
+
+Parsers in :mod:`federation.parsing` turn raw scheduler output into these models; placement
+reads them; telemetry stores them over time. Units are in field names.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import pandas as pd
+from pydantic import Field
+
+from federation.core.model import Frozen
+
+# Node states after normalization (suffixes like '*', '~', '#', '@', '-' and '+FLAG' removed;
+# flags kept separately). 'unavailable' covers down, drained, fail, inval, future, power-down.
+NodeStateName = Literal[
+    "idle",
+    "mixed",
+    "allocated",
+    "completing",
+    "draining",
+    "drained",
+    "down",
+    "reserved",
+    "maint",
+    "planned",
+    "unknown",
+]
+UNUSABLE_STATES: frozenset[str] = frozenset({"down", "drained", "maint", "unknown"})
+
+JobStateName = Literal[
+    "pending",
+    "running",
+    "suspended",
+    "completing",
+    "completed",
+    "cancelled",
+    "failed",
+    "timeout",
+    "node_fail",
+    "preempted",
+    "out_of_memory",
+    "boot_fail",
+    "deadline",
+    "requeued",
+    "configuring",
+    "resizing",
+    "held",
+    "unknown",
+]
+
+
+class NodeRecord(Frozen):
+    """One node as seen in one partition (a node in two partitions appears twice)."""
+
+    name: str
+    partition: str
+    state: NodeStateName
+    state_flags: tuple[str, ...] = ()
+    reason: str | None = None
+    cpus_total: int = Field(ge=0)
+    cpus_alloc: int = Field(ge=0)
+    mem_mb_total: int = Field(ge=0)
+    mem_mb_alloc: int = Field(ge=0)
+    gpus_total_by_type: dict[str, int] = Field(default_factory=dict)
+    gpus_alloc_by_type: dict[str, int] = Field(default_factory=dict)
+    features: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """Can take new work: not down/drained/draining/maint/unknown, and responding
+        (Slurm allocates nothing to a node flagged ``not_responding``, e.g. ``idle*``)."""
+        return (
+            self.state not in UNUSABLE_STATES
+            and self.state != "draining"
+            and "not_responding" not in self.state_flags
+        )
+
+    @property
+    def cpus_free(self) -> int:
+        return max(0, self.cpus_total - self.cpus_alloc) if self.usable else 0
+
+    @property
+    def mem_mb_free(self) -> int:
+        return max(0, self.mem_mb_total - self.mem_mb_alloc) if self.usable else 0
+
+    def gpus_free(self, gpu_type: str | None = None) -> int:
+        if not self.usable:
+            return 0
+        types = [gpu_type] if gpu_type else list(self.gpus_total_by_type)
+        return sum(
+            max(0, self.gpus_total_by_type.get(t, 0) - self.gpus_alloc_by_type.get(t, 0))
+            for t in types
+        )
+
+
+class JobRecord(Frozen):
+    """One job in the queue (pending or running) as squeue reports it."""
+
+    job_id: str
+    """As squeue prints it: ``123``, ``123_4`` (array task), ``123_[1-10%2]`` (pending array)."""
+    partition: str
+    """A pending job submitted to several partitions lists them all (``a,b``); '' if unknown."""
+    state: JobStateName
+    reason: str | None = None
+    user: str | None = None
+    name: str | None = None
+    nodes: int = Field(default=1, ge=0)
+    cpus: int = Field(default=1, ge=0)
+    mem_mb: int | None = Field(default=None, ge=0)
+    """Memory per node in MB (the job's TRES ``mem`` / nodes when known, else MinMemory)."""
+    gpus: int = Field(default=0, ge=0)
+    """GPUs of the whole job (all nodes)."""
+    gpu_type: str | None = None
+    time_limit_s: int | None = Field(default=None, ge=0)
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    """Actual start if running; Slurm's estimate (``squeue --start``) if pending."""
+    end_time: datetime | None = None
+    priority: int | None = None
+    node_names: tuple[str, ...] = ()
+    """Nodes a running job holds (squeue ``%N``, expanded); empty when pending or unknown."""
+
+
+class PartitionSnapshot(Frozen):
+    """Capacity and queue of one partition at one moment."""
+
+    site: str
+    partition: str
+    state: Literal["up", "down", "drain", "inactive", "unknown"] = "up"
+    max_time_s: int | None = None
+    nodes_total: int = Field(ge=0)
+    nodes_by_state: dict[str, int] = Field(default_factory=dict)
+    cpus_total: int = Field(ge=0)
+    cpus_alloc: int = Field(ge=0)
+    cpus_idle: int = Field(ge=0)
+    cpus_unavailable: int = Field(default=0, ge=0)
+    mem_gb_total: float = Field(ge=0)
+    mem_gb_alloc: float = Field(ge=0)
+    gpus_total_by_type: dict[str, int] = Field(default_factory=dict)
+    gpus_alloc_by_type: dict[str, int] = Field(default_factory=dict)
+    jobs_running: int = Field(default=0, ge=0)
+    jobs_pending: int = Field(default=0, ge=0)
+    jobs_held: int = Field(default=0, ge=0)
+    """Pending jobs held by their user or an admin: not competing for resources."""
+    pending_reasons: dict[str, int] = Field(default_factory=dict)
+    """Pending (and held) jobs per reason code (``Priority``, ``Resources``, ...)."""
+    default: bool = False
+    """The site's default partition."""
+    earliest_pending_start: datetime | None = None
+    """Earliest Slurm start estimate among pending jobs (None when nothing pending)."""
+    latest_pending_start: datetime | None = None
+    """Latest Slurm start estimate among pending jobs: a new job queues behind it."""
+
+    @property
+    def gpus_idle_by_type(self) -> dict[str, int]:
+        return {
+            t: max(0, n - self.gpus_alloc_by_type.get(t, 0))
+            for t, n in self.gpus_total_by_type.items()
+        }
+
+
+class SiteHealth(Frozen):
+    """Whether the site answered, and how fresh its data is."""
+
+    reachable: bool
+    probe_age_s: float = Field(ge=0)
+    probe_duration_s: float | None = Field(default=None, ge=0)
+    error: str | None = None
+    """What went wrong and what to do, when the probe failed."""
+    warnings: tuple[str, ...] = ()
+    """Non-fatal problems in a usable probe (an optional command failed, lines skipped)."""
+
+
+class AllocationScope(Frozen):
+    """The allocation (credit) a site charges work to, as the site reports it.
+
+    Filled from ``sshare`` (usage in CPU-seconds, converted) or the site's own balance
+    command. ``None`` fields are what the site did not say.
+    """
+
+    account: str
+    used_core_hours: float | None = Field(default=None, ge=0)
+    limit_core_hours: float | None = Field(default=None, ge=0)
+    """The allocation's size, when the site reports one (or the configured budget)."""
+    fairshare: float | None = Field(default=None, ge=0)
+    source: str = "sshare"
+
+    @property
+    def remaining_core_hours(self) -> float | None:
+        if self.limit_core_hours is None or self.used_core_hours is None:
+            return None
+        return max(0.0, self.limit_core_hours - self.used_core_hours)
+
+
+class SiteSnapshot(Frozen):
+    """One site at one moment: partitions, nodes, queue and health."""
+
+    site: str
+    taken_at: datetime
+    health: SiteHealth
+    slurm_version: str | None = None
+    partitions: tuple[PartitionSnapshot, ...] = ()
+    nodes: tuple[NodeRecord, ...] = ()
+    jobs: tuple[JobRecord, ...] = ()
+    allocation: AllocationScope | None = None
+    """The allocation work placed here is charged to (credit scope), when probed."""
+
+    def partition(self, name: str) -> PartitionSnapshot | None:
+        return next((p for p in self.partitions if p.partition == name), None)
+
+
+class FederationSnapshot(Frozen):
+    """Every site at (about) one moment, with pandas views for people and plots."""
+
+    taken_at: datetime
+    sites: tuple[SiteSnapshot, ...]
+
+    def site(self, name: str) -> SiteSnapshot | None:
+        return next((s for s in self.sites if s.site == name), None)
+
+    def partitions_frame(self) -> pd.DataFrame:
+        """One row per (site, partition) with capacity, queue and health columns."""
+        rows = []
+        for s in self.sites:
+            for p in s.partitions:
+                row = p.model_dump(
+                    exclude={
+                        "gpus_total_by_type",
+                        "gpus_alloc_by_type",
+                        "nodes_by_state",
+                        "pending_reasons",
+                    }
+                )
+                row["gpus_total"] = sum(p.gpus_total_by_type.values())
+                row["gpus_alloc"] = sum(p.gpus_alloc_by_type.values())
+                row["gpu_types"] = ",".join(sorted(p.gpus_total_by_type)) or "-"
+                row["reachable"] = s.health.reachable
+                row["probe_age_s"] = s.health.probe_age_s
+                row["taken_at"] = s.taken_at
+                rows.append(row)
+            if not s.partitions:
+                rows.append(
+                    {
+                        "site": s.site,
+                        "partition": None,
+                        "reachable": s.health.reachable,
+                        "probe_age_s": s.health.probe_age_s,
+                        "taken_at": s.taken_at,
+                    }
+                )
+        return pd.DataFrame(rows)
+
+    def nodes_frame(self) -> pd.DataFrame:
+        """One row per (site, partition, node)."""
+        rows = []
+        for s in self.sites:
+            for n in s.nodes:
+                row = n.model_dump(exclude={"gpus_total_by_type", "gpus_alloc_by_type"})
+                row["site"] = s.site
+                row["gpus_total"] = sum(n.gpus_total_by_type.values())
+                row["gpus_alloc"] = sum(n.gpus_alloc_by_type.values())
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+    def jobs_frame(self) -> pd.DataFrame:
+        """One row per queued or running job, across sites."""
+        rows = []
+        for s in self.sites:
+            for j in s.jobs:
+                row = j.model_dump()
+                row["site"] = s.site
+                rows.append(row)
+        return pd.DataFrame(rows)

@@ -1,0 +1,230 @@
+"""Static site facts, loaded from ``endpoint_configs/<site>/site.yaml``.
+
+One source of truth: the local Slurm cluster, each endpoint template (its schema bounds and
+how it asks Slurm for accounts, GPUs and memory) and the placement feasibility checks all
+derive from these models. What each field says about a real site is cited in
+``endpoint_configs/README.md``.
+
+Submission settings may be given per site and overridden per partition (``account``,
+``qos``, ``constraint``, ``gpu_request``, ``mem_request``; ``scheduler_options`` add up):
+:meth:`SiteSpec.submit_options` resolves them for one partition.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from federation.core.errors import UnknownSiteError
+from federation.core.model import Frozen
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENDPOINT_CONFIGS = REPO_ROOT / "endpoint_configs"
+
+ChargeUnit = Literal["core-hours", "gpu-hours", "node-hours"]
+GpuRequest = Literal["gpus-per-node", "implied-by-partition"]
+"""``gpus-per-node``: ``#SBATCH --gpus-per-node=N`` (never typed ``--gres``);
+``implied-by-partition``: the partition brings its GPUs, no GPU option at all (Vista)."""
+MemRequest = Literal["allowed", "refused"]
+"""``refused``: the site's scheduler rejects ``--mem`` (Vista), so it is never sent."""
+AmqpPort = Literal[443, 5671, 5672]
+"""The ports Globus Compute supports for AMQP (``BaseConfig.amqp_port``)."""
+
+ACCOUNT_RE = r"^[A-Za-z0-9_.-]{1,64}$"
+# Features joined by & (and) or | (or): no brackets, counts or quotes, so the local cluster
+# can give its nodes every feature a constraint names.
+CONSTRAINT_RE = r"^[A-Za-z0-9_.-]+(?:[&|][A-Za-z0-9_.-]+)*$"
+# One sbatch option per entry, e.g. "--gpu-bind=closest"; the template prefixes "#SBATCH ".
+SCHEDULER_OPTION_RE = r"^--[a-z][a-z0-9-]*(?:=[A-Za-z0-9_.,:&|=+-]+)?$"
+
+
+class PartitionSpec(Frozen):
+    """One Slurm partition of a site, as the site describes it."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    nodes_real: int = Field(gt=0, description="node count of the production partition")
+    nodes_local: int = Field(gt=0, le=8, description="emulated nodes in the local cluster")
+    cpus_per_node: int = Field(gt=0)
+    mem_gb_per_node: int = Field(gt=0)
+    gpus_per_node: int = Field(default=0, ge=0)
+    gpu_type: str | None = Field(default=None, pattern=r"^[a-z0-9]+$")
+    gpu_mem_gb: int | None = Field(default=None, gt=0)
+    max_walltime_s: int = Field(gt=0)
+    features: tuple[str, ...] = ()
+    account: str | None = Field(
+        default=None, pattern=ACCOUNT_RE, description="charged here instead of the site's"
+    )
+    qos: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    constraint: str | None = Field(default=None, pattern=CONSTRAINT_RE)
+    gpu_request: GpuRequest | None = None
+    mem_request: MemRequest | None = None
+    scheduler_options: tuple[str, ...] = Field(
+        default=(), description="sbatch options added after the site's, e.g. --gpu-bind=closest"
+    )
+    charge_unit: ChargeUnit = Field(
+        default="core-hours", description="what the site bills jobs here by"
+    )
+    charge_su_per_unit: float = Field(
+        default=1.0, gt=0, description="service units per charge unit (Vista gg: 0.33)"
+    )
+    min_charge_hours: float = Field(
+        default=0.0, ge=0, description="least hours billed per job (Vista: 0.25)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_charge_unit(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "charge_unit" not in data and data.get("gpus_per_node"):
+            return {**data, "charge_unit": "gpu-hours"}
+        return data
+
+    @model_validator(mode="after")
+    def _gpu_fields_agree(self) -> PartitionSpec:
+        if (self.gpus_per_node > 0) != (self.gpu_type is not None):
+            raise ValueError(f"partition {self.name}: gpus_per_node and gpu_type go together")
+        if self.charge_unit == "gpu-hours" and not self.gpus_per_node:
+            raise ValueError(f"partition {self.name}: gpu-hours charged but it has no GPUs")
+        for opt in self.scheduler_options:
+            if not re.match(SCHEDULER_OPTION_RE, opt):
+                raise ValueError(
+                    f"partition {self.name}: scheduler option {opt!r} is not one "
+                    "`--name[=value]` sbatch option"
+                )
+        return self
+
+    def charge(
+        self, nodes: int, cpus: int, gpus: int, hours: float, mem_gb: float | None = None
+    ) -> float:
+        """Service units a job of this shape costs, in the site's own unit and rate.
+
+        ``cpus``, ``gpus`` and ``mem_gb`` are per node. ``core-hours``: the larger of the
+        CPUs and the memory's share of the node in cores (Delta and Anvil bill ~2 GB per
+        core). ``gpu-hours``: the larger of the GPUs and the GPU shares the CPUs or memory
+        fill (one share = the node's CPUs and memory / its GPUs: Delta 16 cores, DeltaAI one
+        72-core superchip), at most the node. ``node-hours``: whole nodes (Vista). Hours
+        below ``min_charge_hours`` are billed as that minimum.
+        """
+        if nodes < 1 or cpus < 0 or gpus < 0 or hours < 0 or (mem_gb or 0) < 0:
+            raise ValueError(f"no such job: {nodes=} {cpus=} {gpus=} {hours=} {mem_gb=}")
+        billed_h = max(hours, self.min_charge_hours)
+        mem = mem_gb or 0.0
+        per_node: float
+        if self.charge_unit == "node-hours":
+            per_node = 1.0
+        elif self.charge_unit == "gpu-hours":
+            share_cpus = self.cpus_per_node / self.gpus_per_node
+            share_mem = self.mem_gb_per_node / self.gpus_per_node
+            shares = max(gpus, math.ceil(cpus / share_cpus), math.ceil(mem / share_mem), 1)
+            per_node = min(shares, self.gpus_per_node)
+        else:
+            mem_per_core = self.mem_gb_per_node / self.cpus_per_node
+            per_node = min(max(cpus, math.ceil(mem / mem_per_core), 1), self.cpus_per_node)
+        return nodes * per_node * billed_h * self.charge_su_per_unit
+
+
+class SubmitOptions(Frozen):
+    """How a job on one partition is submitted: the site's settings, the partition's win."""
+
+    account: str
+    qos: str | None
+    constraint: str | None
+    gpu_request: GpuRequest
+    mem_request: MemRequest
+    scheduler_options: tuple[str, ...]
+
+
+class SiteSpec(Frozen):
+    """A site: one Slurm cluster served by one Globus Compute endpoint."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9]*$")
+    institution: str
+    arch: Literal["x86_64", "aarch64"]
+    access: Literal["multi-user", "login-node"]
+    default_account: str = Field(pattern=ACCOUNT_RE)
+    partitions: tuple[PartitionSpec, ...] = Field(min_length=1)
+    qos: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    constraint: str | None = Field(default=None, pattern=CONSTRAINT_RE)
+    gpu_request: GpuRequest = "gpus-per-node"
+    mem_request: MemRequest = "allowed"
+    scheduler_options: tuple[str, ...] = ()
+    amqp_port: AmqpPort | None = Field(
+        default=443, description="the endpoint's AMQP port (None: the service picks)"
+    )
+    engine_ifname: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        description="network interface the workers reach the endpoint on (login node)",
+    )
+    slurm_cmd_timeout_s: int = Field(
+        default=60, gt=0, description="how long the provider waits for sbatch/squeue/sacct"
+    )
+
+    @model_validator(mode="after")
+    def _site_options_are_sbatch_options(self) -> SiteSpec:
+        for opt in self.scheduler_options:
+            if not re.match(SCHEDULER_OPTION_RE, opt):
+                raise ValueError(f"site {self.name}: scheduler option {opt!r} is not one option")
+        return self
+
+    def partition(self, name: str) -> PartitionSpec:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.partitions)
+        raise KeyError(f"site {self.name} has no partition {name!r} (has: {known})")
+
+    def account_for(self, partition: str) -> str:
+        """The account jobs on ``partition`` are charged to (Delta: ``-cpu`` or ``-gpu``)."""
+        return self.partition(partition).account or self.default_account
+
+    @property
+    def accounts(self) -> tuple[str, ...]:
+        """Every account this site charges: the default first, then per-partition ones."""
+        found = [self.default_account, *(p.account for p in self.partitions if p.account)]
+        return tuple(dict.fromkeys(found))
+
+    def submit_options(self, partition: str) -> SubmitOptions:
+        p = self.partition(partition)
+        return SubmitOptions(
+            account=p.account or self.default_account,
+            qos=p.qos or self.qos,
+            constraint=p.constraint or self.constraint,
+            gpu_request=p.gpu_request or self.gpu_request,
+            mem_request=p.mem_request or self.mem_request,
+            scheduler_options=(*self.scheduler_options, *p.scheduler_options),
+        )
+
+    def constraint_features(self, partition: str) -> tuple[str, ...]:
+        """Node features the constraint used on ``partition`` names (the local nodes get them)."""
+        constraint = self.submit_options(partition).constraint
+        return tuple(re.split(r"[&|]", constraint)) if constraint else ()
+
+    @property
+    def config_dir(self) -> Path:
+        return ENDPOINT_CONFIGS / self.name
+
+    @property
+    def gpu_types(self) -> set[str]:
+        return {p.gpu_type for p in self.partitions if p.gpu_type}
+
+
+def load_site(name: str, root: Path = ENDPOINT_CONFIGS) -> SiteSpec:
+    """Load one site's ``site.yaml``; raise :class:`UnknownSiteError` if absent."""
+    path = root / name / "site.yaml"
+    if not path.is_file():
+        raise UnknownSiteError(name, site_names(root))
+    return SiteSpec.model_validate(yaml.safe_load(path.read_text()))
+
+
+def site_names(root: Path = ENDPOINT_CONFIGS) -> list[str]:
+    return sorted(p.parent.name for p in root.glob("*/site.yaml"))
+
+
+def load_sites(names: list[str] | None = None, root: Path = ENDPOINT_CONFIGS) -> list[SiteSpec]:
+    """Load the named sites (default: every site under ``endpoint_configs/``)."""
+    return [load_site(n, root) for n in (names or site_names(root))]

@@ -1,0 +1,411 @@
+"""``federation.yaml``: which sites, which backend serves each, endpoint and collection ids.
+
+Switching a site from the embedded local federation to a real Globus Compute endpoint is
+this file, not code::
+
+    auth:
+      mode: client_credentials          # or: user (interactive `federation login`)
+      client_id: 00000000-0000-0000-0000-000000000000
+    sites:
+      delta:
+        backend: globus
+        endpoint_id: 11111111-1111-1111-1111-111111111111
+        transfer_collection_id: 22222222-2222-2222-2222-222222222222
+        collection_path_prefix: /projects/bbka/
+        account: bbka-delta
+        budget_core_hours: 50000
+      local:
+        backend: local
+
+:func:`load_config` validates it (errors name the file and the field);
+:class:`Deployment` builds the coordinator's site backends from it: ``local`` sites through
+:class:`~federation.deploy.local.LocalSites` (real Slurm, endpoint daemons, offline service),
+``globus`` sites as :class:`~federation.sites.cloud.CloudSite` over the real
+``globus_compute_sdk.Client`` authenticated by :mod:`federation.security.globus_auth`; and the data
+path: ``move_data`` goes through Globus Transfer between every site whose entry names a
+``transfer_collection_id`` (and its ``collection_path_prefix``), and copies files only
+between the embedded ``local`` sites that name none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from globus_compute_sdk import Client
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from federation.core.errors import ConfigError
+from federation.core.model import Frozen
+from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+from federation.security.globus_auth import AuthSettings, auth_errors, build_app
+from federation.sites.cloud import CloudSite, PythonMismatch
+from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
+
+if TYPE_CHECKING:
+    import globus_sdk
+
+    from federation.deploy.local import LocalSites
+    from federation.runtime.coordinator import Coordinator
+    from federation.sites.backend import SiteBackend
+    from federation.standin.compute_service import LocalComputeService
+    from federation.transfer import TransferBackend
+
+CONFIG_ENV = "FEDERATION_CONFIG"
+CONFIG_NAME = "federation.yaml"
+
+
+class SiteConfig(Frozen):
+    """One entry of ``sites:``; the site's hardware comes from ``endpoint_configs/<site>/``."""
+
+    backend: Literal["local", "globus"] = "local"
+    endpoint_id: uuid.UUID | None = None
+    """The site's Globus Compute endpoint (``globus-compute-endpoint list`` on the site)."""
+    transfer_collection_id: uuid.UUID | None = None
+    """The site's Globus Transfer collection, for move_data."""
+    collection_path_prefix: str | None = None
+    """The collection path under which this federation may read and write (absolute)."""
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The Slurm account to charge (default: the site's ``default_account``)."""
+    budget_core_hours: float | None = Field(default=None, gt=0)
+    """Budget used as the allocation's limit when the site reports none."""
+    python_mismatch: PythonMismatch = "error"
+    job_check_s: float | None = Field(default=60.0, ge=1.0)
+    """A globus site's tasks run as batch jobs named ``fed.<tag>``: while one waits to start,
+    ``squeue`` is read this often (seconds) to learn its start, and a losing copy is
+    withdrawn by ``scancel``. ``null`` turns this off: nothing at this site can then be
+    cancelled, so hedged and watched copies are not placed here."""
+
+    @field_validator("collection_path_prefix")
+    @classmethod
+    def _absolute_prefix(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"must be an absolute path without '..', got {value!r}")
+        return str(path) + ("/" if str(path) != "/" else "")
+
+    @model_validator(mode="after")
+    def _collection_with_its_prefix(self) -> SiteConfig:
+        if (self.transfer_collection_id is None) != (self.collection_path_prefix is None):
+            raise ValueError(
+                "transfer_collection_id and collection_path_prefix go together: the site's "
+                "Globus collection, and the absolute path in it that the federation may use"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _globus_needs_endpoint(self) -> SiteConfig:
+        if self.backend == "globus" and self.endpoint_id is None:
+            raise ValueError(
+                "backend globus needs endpoint_id (the id `globus-compute-endpoint "
+                "configure` printed on the site, also in `globus-compute-endpoint list`)"
+            )
+        if self.backend == "local" and self.endpoint_id is not None:
+            raise ValueError("endpoint_id is only for backend globus (local sites get their own)")
+        return self
+
+
+class FederationConfig(Frozen):
+    """The whole ``federation.yaml``."""
+
+    auth: AuthSettings = AuthSettings()
+    home: Path | None = None
+    """Runtime root (coordinator.db, telemetry, local clusters); default $FEDERATION_HOME."""
+    sites: dict[str, SiteConfig] = Field(min_length=1)
+    local_path: Literal["embedded", "cloud"] | None = None
+    """How the ``local`` sites are reached: ``embedded`` (the offline service's shortcuts) or
+    ``cloud`` (the strict stand-in of the Globus Compute service, as real endpoints are);
+    default ``$FEDERATION_PATH``, else embedded."""
+    placement: str = "earliest-start"
+    """The placement policy by name (``twin-hedge``, ``twin-watch``, ``best-feasible``,
+    ``fixed:<site>``, ...; see :func:`federation.placement.policies.get_policy`)."""
+
+    @field_validator("placement")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        from federation.core.errors import BadEnvelopeError
+        from federation.placement.policies import get_policy
+
+        try:
+            get_policy(name)
+        except BadEnvelopeError as e:
+            raise ValueError(str(e)) from None
+        return name
+
+    @field_validator("sites")
+    @classmethod
+    def _known_sites(cls, sites: dict[str, SiteConfig]) -> dict[str, SiteConfig]:
+        known = site_names(ENDPOINT_CONFIGS)
+        unknown = sorted(set(sites) - set(known))
+        if unknown:
+            raise ValueError(
+                f"unknown site(s) {', '.join(unknown)}; known: {', '.join(known)}. Each site "
+                "needs endpoint_configs/<site>/site.yaml"
+            )
+        return sites
+
+    @model_validator(mode="after")
+    def _placement_the_sites_can_honour(self) -> FederationConfig:
+        from federation.placement.policies import get_policy
+
+        pol = get_policy(self.placement)
+        hedges = pol.hedge_within is not None or pol.hedge_spread_s is not None
+        copies = hedges or pol.watch is not None
+        cancellable = [
+            n for n, s in self.sites.items() if s.backend == "local" or s.job_check_s is not None
+        ]
+        if copies and not cancellable:
+            raise ValueError(
+                f"placement {self.placement!r} runs a task as several copies and withdraws "
+                "the losers, but no site here can withdraw a queued task (the Globus Compute "
+                "service has no task cancel, and every site sets job_check_s: null, which "
+                "turns off withdrawal by scancel of the tagged job): every copy would run. "
+                "Use best-feasible (one copy, placed where it is predicted to finish first)"
+            )
+        return self
+
+    def by_backend(self, backend: str) -> list[str]:
+        return [name for name, s in self.sites.items() if s.backend == backend]
+
+
+def find_config(path: Path | str | None = None) -> Path:
+    """``path``, else ``$FEDERATION_CONFIG``, else ``./federation.yaml``, else
+    ``$FEDERATION_HOME/federation.yaml``; :class:`ConfigError` listing where it looked."""
+    if path is not None:
+        candidates = [Path(path)]
+    else:
+        env = os.environ.get(CONFIG_ENV)
+        home = Path(os.environ.get("FEDERATION_HOME", Path.home() / ".federation"))
+        candidates = [Path(env)] if env else []
+        candidates += [Path.cwd() / CONFIG_NAME, home / CONFIG_NAME]
+    for c in candidates:
+        if c.expanduser().is_file():
+            return c.expanduser()
+    raise ConfigError(
+        "no federation.yaml found (looked at "
+        + ", ".join(str(c) for c in candidates)
+        + "). Copy federation.example.yaml and fill in your sites, or pass --config."
+    )
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_config(path: Path | str | None = None) -> FederationConfig:
+    """Read and validate ``federation.yaml``; :class:`ConfigError` names file and field."""
+    file = find_config(path)
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read: {e}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{file}{where}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: expected a mapping with 'sites:' (got {type(raw).__name__})")
+    try:
+        return FederationConfig.model_validate(raw)
+    except ValidationError as e:
+        lines = [f"{file}: {e.error_count()} problem(s):"]
+        for err in e.errors():
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"  - {_location(err['loc'])}: {msg}")
+        raise ConfigError("\n".join(lines)) from e
+
+
+ClientFactory = Callable[[AuthSettings], Client]
+TransferClientFactory = Callable[[AuthSettings], "globus_sdk.TransferClient"]
+
+
+def cloud_client(auth: AuthSettings) -> Client:
+    """The real SDK ``Client`` for the Globus Compute cloud, authenticated per ``auth``."""
+    app = build_app(auth)
+    with auth_errors(auth, what="Globus Compute"):
+        return Client(app=app)
+
+
+def transfer_client(auth: AuthSettings) -> globus_sdk.TransferClient:
+    """The real ``globus_sdk.TransferClient``, authenticated per ``auth`` (same login)."""
+    import globus_sdk
+
+    app = build_app(auth)
+    with auth_errors(auth, what="Globus Transfer"):
+        return globus_sdk.TransferClient(app=app)
+
+
+class Deployment:
+    """Site backends for a :class:`FederationConfig`, and a coordinator over them."""
+
+    def __init__(
+        self,
+        config: FederationConfig,
+        *,
+        home: Path | None = None,
+        client_factory: ClientFactory = cloud_client,
+        executor_factory: ExecutorFactory = cloud_executor,
+        transfer_client_factory: TransferClientFactory = transfer_client,
+    ) -> None:
+        from federation.deploy.local import LocalSites, federation_home
+
+        self.config = config
+        self.home = home or config.home or federation_home()
+        self._client_factory = client_factory
+        self._executor_factory = executor_factory
+        self._transfer_client_factory = transfer_client_factory
+        local_names = config.by_backend("local")
+        self.local: LocalSites | None = (
+            LocalSites(home=self.home, sites=local_names, path=config.local_path)
+            if local_names
+            else None
+        )
+        self.client: Client | None = None
+        self.service: LocalComputeService | None = None
+
+    def up(self) -> dict[str, float]:
+        """Bring the local sites up (cloud endpoints are started by their site admins)."""
+        return self.local.up() if self.local is not None else {}
+
+    def backends(self, task_group_id: uuid.UUID) -> list[SiteBackend]:
+        """One backend per configured site, in the order of the file."""
+        out: dict[str, SiteBackend] = {}
+        if self.local is not None:
+            for b in self._local_backends(self.local, task_group_id):
+                out[b.name] = b
+        globus = self.config.by_backend("globus")
+        if globus and self.client is None:
+            self.client = self._client_factory(self.config.auth)
+        for name in globus:
+            site = self.config.sites[name]
+            assert site.endpoint_id is not None and self.client is not None
+            out[name] = CloudSite(
+                load_site(name),
+                site.endpoint_id,
+                self.client,
+                auth=self.config.auth,
+                executor_factory=self._executor_factory,
+                task_group_id=task_group_id,
+                account=site.account,
+                budget_core_hours=site.budget_core_hours,
+                python_mismatch=site.python_mismatch,
+                job_check_s=site.job_check_s,
+            )
+        return [out[name] for name in self.config.sites]
+
+    def _local_backends(self, local: LocalSites, task_group_id: uuid.UUID) -> list[ComputeSite]:
+        sites = {spec.name: self.config.sites[spec.name] for spec in local.specs}
+        backends = local.backends(
+            task_group_id,
+            accounts={n: s.account for n, s in sites.items()},
+            budgets_core_hours={n: s.budget_core_hours for n, s in sites.items()},
+        )
+        self.service = local.service
+        return backends
+
+    def transfer_backends(self) -> dict[str, TransferBackend]:
+        """Who moves each site's data: Globus Transfer for every site that names a
+        collection (one backend, so any two of them can exchange data), local copies for
+        the embedded sites that name none. A cloud site with no collection has none:
+        ``move_data`` to or from it is refused, naming the sites that can."""
+        from federation.transfer import GlobusCollection, GlobusTransferBackend, LocalCopyBackend
+
+        out: dict[str, TransferBackend] = {}
+        named = {n: s for n, s in self.config.sites.items() if s.transfer_collection_id}
+        if named:
+            collections = {
+                n: GlobusCollection(
+                    collection_id=s.transfer_collection_id, path_prefix=s.collection_path_prefix
+                )
+                for n, s in named.items()
+                if s.transfer_collection_id is not None and s.collection_path_prefix
+            }
+            globus = GlobusTransferBackend(
+                self._transfer_client_factory(self.config.auth), collections
+            )
+            out.update(dict.fromkeys(collections, globus))
+        local = [n for n in self.config.by_backend("local") if n not in named]
+        if local:
+            copier = LocalCopyBackend(local, self.home)
+            out.update(dict.fromkeys(local, copier))
+        return out
+
+    def connect(
+        self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
+    ) -> Coordinator:
+        """A coordinator over every configured site (``durable``: SQLite + re-attach)."""
+        from federation.runtime.coordinator import Coordinator
+        from federation.runtime.store import Store
+        from federation.runtime.telemetry import Telemetry
+
+        store = Store(self.home / "coordinator.db") if durable else None
+        task_group = store.task_group_id() if store else uuid.uuid4()
+        backends = self.backends(task_group)
+        tel = Telemetry(self.home / "telemetry.db") if telemetry else None
+        coordinator_kwargs.setdefault("policy", self.config.placement)
+        coordinator_kwargs.setdefault("transfer_backends", self.transfer_backends())
+        coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
+        coord.own(store, tel)  # closed with the coordinator
+        if self.local is not None:
+            self.local.listen_for_starts(backends, coord)
+        for b in backends:  # the real cloud sites: starts read from squeue of tagged jobs
+            if isinstance(b, CloudSite) and b.name not in (self.config.by_backend("local")):
+                b.on_started(coord.notify_started)
+        if store is not None:
+            coord.recover()
+        return coord
+
+    def close(self) -> None:
+        if self.service is not None:
+            self.service.close()
+
+
+def serve(
+    config_path: Path | str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    log_level: str = "info",
+) -> None:
+    """Serve the HTTP API over the sites of ``federation.yaml`` (``federation serve --config``)."""
+    from federation.interfaces.service.server import serve as serve_http
+
+    serve_http(host, port, config=config_path or find_config(), log_level=log_level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m federation.deploy.config check|serve [--config PATH]``."""
+    parser = argparse.ArgumentParser(prog="python -m federation.deploy.config")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    check = sub.add_parser("check", help="validate federation.yaml and print its sites")
+    check.add_argument("--config", default=None)
+    srv = sub.add_parser("serve", help="serve the HTTP API over the configured sites")
+    srv.add_argument("--config", default=None)
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8765)
+    srv.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "check":
+            cfg = load_config(args.config)
+            for name, s in cfg.sites.items():
+                eid = f" endpoint {s.endpoint_id}" if s.endpoint_id else ""
+                print(f"{name}: {s.backend}{eid} account {s.account or '(site default)'}")
+            print(f"auth: {cfg.auth.mode}, tokens in {cfg.auth.storage_description}")
+            return 0
+        serve(args.config, args.host, args.port, log_level=args.log_level)
+        return 0
+    except ConfigError as e:
+        print(f"error: {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

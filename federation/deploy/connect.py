@@ -1,0 +1,93 @@
+"""One way to a coordinator for every entry point: a ``federation.yaml``, or the embedded one.
+
+``federation serve``, ``inspect``, ``submit``, ``group``, ``move``, the MCP server in its
+embedded mode and the Jupyter executor all connect here. With a config (``--config PATH``,
+``config=...``, or ``$FEDERATION_CONFIG``) they act on the sites it names, local and Globus
+Compute cloud sites alike, as ``serve`` does; without one, on the embedded local federation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from federation.deploy.config import CONFIG_ENV, Deployment, load_config
+from federation.runtime.coordinator import Coordinator
+
+
+@dataclass
+class Connection:
+    """A coordinator and what to close with it (the local sites' offline service)."""
+
+    coord: Coordinator
+    home: Path
+    config: Path | None = None
+    """The ``federation.yaml`` it was made from (None: the embedded local federation)."""
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.coord.close()
+        for close in self.closers:
+            close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def configured(config: Path | str | None = None) -> Path | None:
+    """The config to act on: ``config``, else ``$FEDERATION_CONFIG``; None for the
+    embedded local federation."""
+    if config is not None:
+        return Path(config)
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else None
+
+
+def connect(
+    config: Path | str | None = None,
+    *,
+    home: Path | None = None,
+    sites: list[str] | None = None,
+    bring_up: bool = True,
+    durable: bool = False,
+    telemetry: bool = True,
+    local_path: str | None = None,
+    **coordinator_kwargs: Any,
+) -> Connection:
+    """A coordinator over the sites of ``config`` (see :func:`configured`), or over the
+    embedded local federation (``sites``: only these). ``bring_up`` starts the local sites
+    (cloud endpoints are their admins'); ``durable`` keeps tasks in ``coordinator.db``;
+    ``local_path`` is how the embedded sites are reached (``embedded`` or ``cloud``, see
+    :data:`federation.deploy.local.PATHS`; default ``$FEDERATION_PATH``)."""
+    path = configured(config)
+    if path is not None:
+        if sites:
+            raise ValueError(
+                f"--site {' '.join(sites)} is for the embedded federation; with a config, "
+                f"the sites are the ones {path} names"
+            )
+        deployment = Deployment(load_config(path), home=home)
+        if bring_up:
+            deployment.up()
+        coord = deployment.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
+        return Connection(coord, deployment.home, path, [deployment.close])
+    from federation.deploy.local import LocalSites
+
+    local = LocalSites(home=home, sites=sites, path=local_path)
+    if bring_up:
+        local.up()
+    coord = local.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
+    closers = [local.service.close] if local.service is not None else []
+    return Connection(coord, local.home, None, closers)

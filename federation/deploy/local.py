@@ -1,0 +1,187 @@
+"""The embedded local federation: real Slurm clusters, endpoint daemons, offline service."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from globus_compute_sdk import Client, Executor
+
+from federation.core.spec import load_sites
+from federation.core.storage import site_storage
+from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
+from federation.localslurm import LocalFederation
+from federation.runtime.coordinator import Coordinator
+from federation.runtime.store import Store
+from federation.runtime.telemetry import Telemetry
+from federation.sites.cloud import CloudSite
+from federation.sites.compute import ComputeSite
+from federation.standin.compute_service import LocalComputeService
+
+logger = logging.getLogger(__name__)
+
+
+PATHS = ("embedded", "cloud")
+"""How the coordinator reaches the local sites. ``embedded``: the offline service may cancel
+queued tasks on the endpoint and tells the coordinator when a task's job starts (an
+on-site agent could; the Globus service does not). ``cloud``: exactly what a deployment
+on real endpoints has, through the strict stand-in of the Globus Compute service:
+:class:`~federation.sites.cloud.CloudSite` with its endpoint-status, Python and payload
+checks, starts read from ``squeue`` of tagged jobs, withdrawal by marker and ``scancel``."""
+JOB_CHECK_S = 1.0
+"""The local sites' ``squeue`` interval for tagged jobs (real sites: 60 s by default)."""
+
+
+def federation_home() -> Path:
+    return Path(os.environ.get("FEDERATION_HOME", Path.home() / ".federation"))
+
+
+def default_path() -> str:
+    """``FEDERATION_PATH`` (``embedded`` or ``cloud``), else ``embedded``."""
+    path = os.environ.get("FEDERATION_PATH", "embedded").strip() or "embedded"
+    if path not in PATHS:
+        raise ValueError(f"FEDERATION_PATH={path!r}: use one of {', '.join(PATHS)}")
+    return path
+
+
+class LocalSites:
+    """Bring the local sites up and connect a coordinator to them through Globus Compute."""
+
+    def __init__(
+        self, home: Path | None = None, sites: list[str] | None = None, path: str | None = None
+    ) -> None:
+        self.home = home or federation_home()
+        self.path = path or default_path()
+        if self.path not in PATHS:
+            raise ValueError(f"path {self.path!r}: use one of {', '.join(PATHS)}")
+        self.specs = load_sites(sites)
+        self.slurm = LocalFederation(home=self.home, sites=[s.name for s in self.specs])
+        self.daemons = EndpointDaemons(self.home)
+        self.service: LocalComputeService | None = None
+        """The offline web service of the latest :meth:`backends` call."""
+        self._services: list[LocalComputeService] = []
+
+    def close(self) -> None:
+        """Close every offline web service :meth:`backends` started (their result watchers
+        fail the futures still open; otherwise the SDK holds the interpreter at exit)."""
+        services, self._services = self._services, []
+        for svc in services:
+            svc.close()
+
+    def up(self) -> dict[str, float]:
+        """Start Slurm and each site's endpoint (idempotent); returns seconds per step."""
+        t0 = time.monotonic()
+        self.slurm.up()
+        t1 = time.monotonic()
+        for spec in self.specs:
+            self.daemons.start(spec.name, self.slurm.env(spec.name))
+        t2 = time.monotonic()
+        return {"slurm_s": round(t1 - t0, 2), "endpoints_s": round(t2 - t1, 2)}
+
+    def down(self) -> list[str]:
+        """Stop the endpoints, then the Slurm daemons; returns what was stopped."""
+        stopped = [f"endpoint-{s.name}" for s in self.specs if self.daemons.stop(s.name)]
+        return stopped + self.slurm.down()
+
+    def backends(
+        self,
+        task_group_id: uuid.UUID,
+        *,
+        accounts: Mapping[str, str | None] | None = None,
+        budgets_core_hours: Mapping[str, float | None] | None = None,
+    ) -> list[ComputeSite]:
+        """One backend per local site, reached through the real Globus Compute SDK.
+
+        Starts this object's offline web service (``self.service``; strict on the ``cloud``
+        path); ``accounts`` and ``budgets_core_hours`` per site feed the credit probe.
+        """
+        cloud = self.path == "cloud"
+        # the cloud remembers a client's task groups across the client's restarts
+        memory = self.home / "compute-service.db" if cloud else None
+        service = self.service = LocalComputeService(strict=cloud, memory=memory)
+        self._services.append(service)
+        for spec in self.specs:
+            service.add_endpoint(
+                local_endpoint_id(spec.name), spec.name, self.daemons.run_dir(spec.name)
+            )
+        client = service.client()
+
+        def factory(eid: uuid.UUID, cl: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
+            return service.executor(eid, cl, user_endpoint_config=uec, task_group_id=tg)
+
+        if cloud:
+            return [
+                CloudSite(
+                    spec,
+                    local_endpoint_id(spec.name),
+                    client,
+                    executor_factory=factory,
+                    task_group_id=task_group_id,
+                    account=(accounts or {}).get(spec.name),
+                    budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+                    job_check_s=JOB_CHECK_S,
+                )
+                for spec in self.specs
+            ]
+
+        def cancel(task_id: str) -> bool:
+            return service.cancel(task_id)[0]
+
+        return [
+            ComputeSite(
+                spec,
+                local_endpoint_id(spec.name),
+                client,
+                executor_factory=factory,
+                task_group_id=task_group_id,
+                canceller=cancel,
+                adopter=_adopter(service, local_endpoint_id(spec.name), task_group_id),
+                account=(accounts or {}).get(spec.name),
+                budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+            )
+            for spec in self.specs
+        ]
+
+    def listen_for_starts(self, backends: list[Any], coord: Coordinator) -> None:
+        """Wire the coordinator to whoever reports starts on this path."""
+        if self.path == "cloud":
+            for b in backends:
+                if isinstance(b, CloudSite):
+                    b.on_started(coord.notify_started)
+        elif self.service is not None:
+            self.service.on_started(coord.notify_started)
+
+    def connect(
+        self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
+    ) -> Coordinator:
+        """A coordinator whose sites are reached through the real Globus Compute SDK.
+
+        ``durable``: keep tasks and events in ``home/coordinator.db`` and re-attach to the
+        tasks an earlier (possibly killed) coordinator left in flight.
+        """
+        store = Store(self.home / "coordinator.db") if durable else None
+        task_group = store.task_group_id() if store else uuid.uuid4()
+        backends = self.backends(task_group)
+        tel = Telemetry(self.home / "telemetry.db") if telemetry else None
+        home = self.home  # results too large to return inline go to the site's storage
+        coordinator_kwargs.setdefault("result_storage", lambda site: site_storage(site, home))
+        coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
+        coord.own(store, tel)  # closed with the coordinator
+        self.listen_for_starts(backends, coord)
+        if store is not None:
+            coord.recover()
+        return coord
+
+
+def _adopter(
+    service: LocalComputeService, endpoint_id: uuid.UUID, task_group: uuid.UUID
+) -> Callable[[str], None]:
+    def adopt(task_id: str) -> None:
+        service.adopt_task(task_id, endpoint_id, task_group)
+
+    return adopt

@@ -1,0 +1,1 @@
+"""The ``federation`` command line (typer): :mod:`.main` holds the app."""

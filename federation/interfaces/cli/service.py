@@ -1,0 +1,196 @@
+"""CLI pieces for the service: ``serve``, ``mcp``, ``token issue|revoke|list``.
+
+Mounted into the main CLI with :func:`register` (or piece by piece: ``serve_command``,
+``mcp_command`` as commands, ``token_app`` as the ``token`` group).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from federation.security.tokens import TokenStore
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(help="federation home (default: $FEDERATION_HOME or ~/.federation)"),
+]
+SiteOpt = Annotated[
+    list[str] | None, typer.Option("--site", "-s", help="limit to these sites (repeatable)")
+]
+
+token_app = typer.Typer(
+    help="Bearer tokens for `federation serve` and the MCP HTTP transport.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8765,
+    home: HomeOpt = None,
+    site: SiteOpt = None,
+    no_up: Annotated[bool, typer.Option("--no-up", help="do not bring the sites up")] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="serve the sites of this federation.yaml (local and Globus cloud sites) "
+            "instead of the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            help="placement policy: earliest-start, shortest-queue, best-feasible, "
+            "twin-hedge, twin-watch or fixed:<site> (default: the config's `placement`, "
+            "else earliest-start)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve the HTTP API (bearer tokens from `federation token issue`).
+
+    Every submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
+    policies; see docs/SECURITY.md) and is written to the audit log.
+    """
+    from federation.core.errors import BadEnvelopeError, ConfigError
+    from federation.interfaces.service.server import serve
+    from federation.placement.policies import get_policy
+
+    if placement is not None:
+        try:
+            get_policy(placement)
+        except BadEnvelopeError as e:
+            raise typer.BadParameter(str(e), param_hint="--placement") from e
+    try:
+        serve(
+            host,
+            port,
+            home,
+            site or None,
+            bring_up=not no_up,
+            log_level=log_level,
+            config=config,
+            placement=placement,
+        )
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--config") from e
+
+
+def mcp_command(
+    transport: Annotated[str, typer.Option(help="stdio or http")] = "stdio",
+    host: Annotated[str, typer.Option(help="HTTP transport: bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP transport: port")] = 8766,
+    home: HomeOpt = None,
+    site: SiteOpt = None,
+    no_up: Annotated[bool, typer.Option("--no-up", help="do not bring the sites up")] = False,
+    service: Annotated[
+        str | None, typer.Option(help="use the HTTP service at this URL, not a local one")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FEDERATION_TOKEN", help="bearer token for --service", show_default=False
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FEDERATION_CONFIG",
+            help="federation.yaml: act on the sites it names ($FEDERATION_CONFIG); default: "
+            "the embedded local federation",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve the federation as MCP tools for agents (stdio by default)."""
+    if transport not in ("stdio", "http"):
+        raise typer.BadParameter("use stdio or http", param_hint="--transport")
+    from federation.interfaces.mcp_server import run
+
+    run(
+        transport=transport,
+        host=host,
+        port=port,
+        home=home,
+        sites=site or None,
+        bring_up=not no_up,
+        service=service,
+        token=token,
+        config=config,
+    )
+
+
+def _store(home: Path | None) -> TokenStore:
+    from federation.security.tokens import TokenStore, default_token_db
+
+    return TokenStore(default_token_db(home))
+
+
+@token_app.command("issue")
+def token_issue(
+    name: Annotated[str, typer.Argument(help="who the token is for (shown in logs and lists)")],
+    home: HomeOpt = None,
+) -> None:
+    """Issue a token; it is printed once and stored only as a hash."""
+    try:
+        issued = _store(home).issue(name)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="NAME") from e
+    err = Console(stderr=True)
+    err.print(f"issued token [bold]{issued.id}[/bold] for {issued.name}; it is shown only once:")
+    sys.stdout.write(issued.token + "\n")
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="the id from `token list`")],
+    home: HomeOpt = None,
+) -> None:
+    """Revoke a token by id; requests with it get 401 from then on."""
+    if not _store(home).revoke(token_id):
+        Console(stderr=True).print(f"[red]error:[/red] no active token with id {token_id!r}")
+        raise typer.Exit(1)
+    Console().print(f"revoked {token_id}")
+
+
+@token_app.command("list")
+def token_list(
+    home: HomeOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """List tokens (ids, names, dates; never the secrets)."""
+    infos = _store(home).list_tokens()
+    if as_json:
+        sys.stdout.write(json.dumps([i.model_dump(mode="json") for i in infos], indent=2) + "\n")
+        return
+    table = Table(title="tokens")
+    for col in ("id", "name", "created", "last used", "state"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(
+            i.id,
+            i.name,
+            i.created_at.strftime("%Y-%m-%d %H:%M"),
+            i.last_used_at.strftime("%Y-%m-%d %H:%M") if i.last_used_at else "-",
+            "[green]active[/green]" if i.active else "[red]revoked[/red]",
+        )
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``serve``, ``mcp`` and ``token ...`` on ``app``."""
+    app.command("serve")(serve_command)
+    app.command("mcp")(mcp_command)
+    app.add_typer(token_app, name="token")

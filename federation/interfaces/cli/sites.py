@@ -1,0 +1,122 @@
+"""``federation sites up|down|status``: the local sites, each a real Slurm cluster served by
+its own Globus Compute endpoint process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from federation.core.errors import FederationError
+
+if TYPE_CHECKING:
+    from federation.deploy.local import LocalSites
+
+sites_app = typer.Typer(
+    help="Run the project's sites as real Slurm clusters on this machine.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+SiteOpt = Annotated[
+    list[str] | None, typer.Option("--site", "-s", help="limit to these sites (repeatable)")
+]
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(help="runtime root (default: $FEDERATION_HOME or ~/.federation)"),
+]
+
+
+def _sites(home: Path | None, site: list[str] | None) -> LocalSites:
+    from federation.deploy.local import LocalSites
+
+    return LocalSites(home=home, sites=site or None)
+
+
+def _fail(err: FederationError) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False)
+    return typer.Exit(1)
+
+
+@sites_app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@sites_app.command()
+def up(site: SiteOpt = None, home: HomeOpt = None) -> None:
+    """Start munged, MariaDB, slurmdbd, every site's cluster and endpoint (idempotent)."""
+    try:
+        local = _sites(home, site)
+        steps = local.up()
+    except FederationError as e:
+        raise _fail(e) from e
+    names = [s.name for s in local.specs]
+    Console().print(
+        f"[green]up[/green]: {len(names)} sites ({', '.join(names)}): Slurm in "
+        f"{steps['slurm_s']:.2f} s, endpoints in {steps['endpoints_s']:.2f} s"
+    )
+
+
+@sites_app.command()
+def down(site: SiteOpt = None, home: HomeOpt = None) -> None:
+    """Stop the endpoints, cancel jobs and stop the daemons that `up` started (idempotent)."""
+    try:
+        stopped = _sites(home, site).down()
+    except FederationError as e:
+        raise _fail(e) from e
+    Console().print(f"down: stopped {len(stopped)} daemons")
+
+
+@sites_app.command()
+def status(
+    site: SiteOpt = None,
+    home: HomeOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Show each site's controller and node states, and the shared daemons."""
+    try:
+        local = _sites(home, site)
+        sites, services = local.slurm.status(), local.slurm.services()
+        endpoints = {s.name: local.daemons.pid(s.name) for s in local.specs}
+    except FederationError as e:
+        raise _fail(e) from e
+    if as_json:
+        doc = {
+            "sites": [s.model_dump(mode="json") for s in sites],
+            "services": [d.model_dump(mode="json") for d in services],
+            "endpoints": {
+                name: {"running": pid is not None, "pid": pid} for name, pid in endpoints.items()
+            },
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title="local sites")
+    for col in ("site", "controller", "endpoint", "nodes", "states", "slurm.conf / error"):
+        table.add_column(col)
+    for s in sites:
+        states = ", ".join(f"{k}={v}" for k, v in sorted(s.nodes_by_state.items()))
+        table.add_row(
+            s.site,
+            "[green]up[/green]" if s.controller_up else "[red]down[/red]",
+            f"[green]pid {endpoints[s.site]}[/green]"
+            if endpoints.get(s.site)
+            else "[red]down[/red]",
+            str(s.nodes_total),
+            states or "-",
+            f"[red]{s.error}[/red]" if s.error else str(s.slurm_conf),
+        )
+    console = Console()
+    console.print(table)
+    for d in services:
+        mark = f"[green]running[/green] (pid {d.pid})" if d.running else "[red]stopped[/red]"
+        console.print(f"{d.name}: {mark}  log {d.log_file}", highlight=False)

@@ -1,0 +1,2 @@
+"""Jupyter: ``FederatedExecutor`` (in-process) and ``RemoteFederatedExecutor`` (through a
+running coordinator service)."""

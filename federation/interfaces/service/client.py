@@ -1,0 +1,343 @@
+"""A Python client of the HTTP service, with the same operations as :class:`LocalOps`.
+
+Errors come back as the :class:`OpsError` the service raised (status, code, message, hint),
+so the MCP server can sit on top of either one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import httpx
+from pydantic import TypeAdapter
+
+from federation.core.snapshot import FederationSnapshot
+from federation.interfaces.service.errors import OpsError
+from federation.interfaces.service.models import (
+    CancelResponse,
+    DraftRequest,
+    ErrorBody,
+    EventsPage,
+    GroupRequest,
+    GroupResponse,
+    GroupView,
+    SubmitResponse,
+    TaskRequest,
+    TaskStatus,
+    TransferRequest,
+    TransferResponse,
+    TransferView,
+)
+from federation.placement.drafting import EnvelopeDraft
+from federation.runtime.catalog import FunctionInfo
+from federation.runtime.events import Event, EventCallback
+
+logger = logging.getLogger(__name__)
+
+SERVER_MAX_POLL_S = 30.0
+STREAM_READ_TIMEOUT_S = 60.0
+"""The server sends a keep-alive every 15 s; a stream silent this long is reconnected."""
+SERVICE_URL_ENV = "FEDERATION_SERVICE"
+TOKEN_ENV = "FEDERATION_TOKEN"
+_FUNCTIONS = TypeAdapter(list[FunctionInfo])
+_TASKS = TypeAdapter(list[dict[str, Any]])
+
+
+class ServiceClient:
+    """Talks to ``federation serve`` at ``base_url`` with a bearer ``token``."""
+
+    def __init__(self, base_url: str, token: str, timeout_s: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = timeout_s
+        self._client = httpx.Client(
+            base_url=self.base_url, headers=self._headers, timeout=timeout_s
+        )
+
+    def _raise_for(self, r: httpx.Response) -> None:
+        if r.status_code < 400:
+            return
+        try:
+            body = ErrorBody.model_validate(r.json())
+        except Exception:
+            body = ErrorBody(error=f"http_{r.status_code}", message=r.text[:2000])
+        raise OpsError(r.status_code, body.error, body.message, body.hint, body.details)
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self._client.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise OpsError(
+                503,
+                "service_unreachable",
+                f"cannot reach the service at {self.base_url}: {e}",
+                "start it with `federation serve` and check the URL",
+            ) from e
+        self._raise_for(r)
+        return r.json()
+
+    def inspect(self, refresh: bool = False) -> FederationSnapshot:
+        data = self._call("GET", "/v1/federation", params={"refresh": str(refresh).lower()})
+        return FederationSnapshot.model_validate(data)
+
+    def functions(self) -> list[FunctionInfo]:
+        return _FUNCTIONS.validate_python(self._call("GET", "/v1/functions"))
+
+    def draft(self, req: DraftRequest) -> EnvelopeDraft:
+        data = self._call("POST", "/v1/envelopes/draft", json=req.model_dump(mode="json"))
+        return EnvelopeDraft.model_validate(data)
+
+    def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
+        return SubmitResponse.model_validate(self._call("POST", "/v1/tasks", json=_task_body(req)))
+
+    def submit_group(self, req: GroupRequest, caller: str = "") -> GroupResponse:
+        body = req.model_dump(mode="json", exclude_defaults=True)
+        body["children"] = [_task_body(c) for c in req.children]
+        return GroupResponse.model_validate(self._call("POST", "/v1/groups", json=body))
+
+    def group(self, group_id: str, caller: str = "") -> GroupView:
+        return GroupView.model_validate(self._call("GET", f"/v1/groups/{group_id}"))
+
+    def move_data(self, req: TransferRequest, caller: str = "") -> TransferResponse:
+        body = req.model_dump(mode="json", exclude_defaults=True)
+        return TransferResponse.model_validate(self._call("POST", "/v1/transfers", json=body))
+
+    def transfer(self, transfer_id: str, caller: str = "") -> TransferView:
+        return TransferView.model_validate(self._call("GET", f"/v1/transfers/{transfer_id}"))
+
+    def tasks(self, caller: str = "") -> list[dict[str, Any]]:
+        return _TASKS.validate_python(self._call("GET", "/v1/tasks"))
+
+    def status(self, task_id: str, caller: str = "") -> TaskStatus:
+        return TaskStatus.model_validate(self._call("GET", f"/v1/tasks/{task_id}"))
+
+    def cancel(self, task_id: str, caller: str = "") -> CancelResponse:
+        return CancelResponse.model_validate(self._call("POST", f"/v1/tasks/{task_id}/cancel"))
+
+    async def events(
+        self,
+        after: int,
+        task_ids: Sequence[str] | None,
+        kinds: Sequence[str] | None,
+        timeout_s: float,
+        abandoned: Callable[[], Awaitable[bool]] | None = None,
+        caller: str = "",
+    ) -> EventsPage:
+        """Long-polls in rounds of at most the server's cap until ``timeout_s`` is spent.
+
+        ``caller`` (and every other method's) is ignored: the token names the caller, and
+        the service shows it only its own work."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        async with httpx.AsyncClient(
+            base_url=self.base_url, headers=self._headers, timeout=SERVER_MAX_POLL_S + 15
+        ) as client:
+            while True:
+                wait = max(0.0, min(SERVER_MAX_POLL_S, deadline - time.monotonic()))
+                params: dict[str, Any] = {"after": after, "timeout_s": wait}
+                if task_ids:
+                    params["task_id"] = list(task_ids)
+                if kinds:
+                    params["kinds"] = list(kinds)
+                try:
+                    r = await client.get("/v1/events", params=params)
+                except httpx.HTTPError as e:
+                    raise OpsError(
+                        503,
+                        "service_unreachable",
+                        f"cannot reach the service at {self.base_url}: {e}",
+                        "start it with `federation serve` and check the URL",
+                    ) from e
+                self._raise_for(r)
+                page = EventsPage.model_validate(r.json())
+                if page.events or time.monotonic() >= deadline:
+                    return page
+
+    def events_now(
+        self,
+        after: int = 0,
+        task_ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        timeout_s: float = 0.0,
+    ) -> EventsPage:
+        """One long poll (at most the server's cap), synchronously."""
+        params: dict[str, Any] = {"after": after, "timeout_s": min(timeout_s, SERVER_MAX_POLL_S)}
+        if task_ids:
+            params["task_id"] = list(task_ids)
+        if kinds:
+            params["kinds"] = list(kinds)
+        data = self._call(
+            "GET", "/v1/events", params=params, timeout=SERVER_MAX_POLL_S + self._timeout
+        )
+        return EventsPage.model_validate(data)
+
+    def stream_events(
+        self,
+        after: int = 0,
+        task_ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        *,
+        reconnects: int = 5,
+        on_response: Callable[[httpx.Response], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Every matching event after ``after``, as the service emits them (SSE).
+
+        A dropped connection is re-opened from the last event seen (``Last-Event-ID``), up
+        to ``reconnects`` times in a row; then :class:`OpsError` ``service_unreachable``.
+        Refusals (unknown ids, bad kinds, bad token) raise at once. Close the generator to
+        stop, or set ``stop`` (checked at every line, keep-alives included: at least every
+        15 s); ``on_response`` gets each open response.
+        """
+        cursor = after
+        failures = 0
+        params: dict[str, Any] = {}
+        if task_ids:
+            params["task_id"] = list(task_ids)
+        if kinds:
+            params["kinds"] = list(kinds)
+        timeout = httpx.Timeout(self._timeout, read=STREAM_READ_TIMEOUT_S)
+        while stop is None or not stop.is_set():
+            try:
+                with self._client.stream(
+                    "GET",
+                    "/v1/events/stream",
+                    params=params | {"after": cursor},
+                    headers={"Last-Event-ID": str(cursor), "Accept": "text/event-stream"},
+                    timeout=timeout,
+                ) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        self._raise_for(r)
+                    if on_response is not None:
+                        on_response(r)
+                    for ev in parse_sse(_until(r.iter_lines(), stop)):
+                        failures = 0
+                        cursor = max(cursor, ev.seq)
+                        yield ev
+            except httpx.HTTPError as e:
+                failures += 1
+                if failures > reconnects:
+                    raise OpsError(
+                        503,
+                        "service_unreachable",
+                        f"the event stream from {self.base_url} broke {failures} times: {e}",
+                        "check that `federation serve` is running; resume from the last seq",
+                    ) from e
+                logger.info("event stream dropped (%s); resuming after seq %d", e, cursor)
+                time.sleep(min(5.0, 0.2 * 2**failures))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _task_body(req: TaskRequest) -> dict[str, Any]:
+    body = req.model_dump(mode="json", exclude_defaults=True)
+    body["envelope"] = req.envelope.model_dump(mode="json", exclude_defaults=True)
+    return body
+
+
+def _until(lines: Iterator[str], stop: threading.Event | None) -> Iterator[str]:
+    for line in lines:
+        if stop is not None and stop.is_set():
+            return
+        yield line
+
+
+def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
+    """Events from the lines of a ``text/event-stream`` body (comments are skipped)."""
+    kind, data = "", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                payload = "\n".join(data)
+                if kind == "error":
+                    body = ErrorBody.model_validate_json(payload)
+                    raise OpsError(503, body.error, body.message, body.hint, body.details)
+                yield Event.model_validate_json(payload)
+            kind, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            kind = value
+        elif field == "data":
+            data.append(value)
+
+
+class EventStream:
+    """Follows the service's event stream on a background thread and calls subscribers.
+
+    Subscribers are called on that thread, in event order; an event for a task nobody has
+    subscribed to yet is kept (the last :data:`UNCLAIMED` of them) and replayed when someone
+    does, so subscribing right after ``submit`` returns misses nothing.
+    """
+
+    UNCLAIMED = 10_000
+
+    def __init__(self, client: ServiceClient, after: int = 0) -> None:
+        self.client = client
+        self.cursor = after
+        self.error: BaseException | None = None
+        self._subs: dict[str, list[EventCallback]] = {}
+        self._unclaimed: deque[Event] = deque(maxlen=self.UNCLAIMED)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._response: httpx.Response | None = None
+        self._thread = threading.Thread(target=self._run, name="federation-events", daemon=True)
+        self._thread.start()
+
+    def subscribe(self, task_id: str, callback: EventCallback) -> None:
+        with self._lock:
+            self._subs.setdefault(task_id, []).append(callback)
+            mine = [e for e in self._unclaimed if e.task_id == task_id]
+        for ev in mine:
+            callback(ev)
+
+    def _run(self) -> None:
+        try:
+            for ev in self.client.stream_events(
+                self.cursor, on_response=self._opened, stop=self._stop
+            ):
+                if self._stop.is_set():
+                    return
+                self.cursor = ev.seq
+                with self._lock:
+                    subs = list(self._subs.get(ev.task_id, ()))
+                    if not subs:
+                        self._unclaimed.append(ev)
+                for cb in subs:
+                    try:
+                        cb(ev)
+                    except Exception:
+                        logger.exception("event callback %r failed on %s", cb, ev.kind)
+        except BaseException as e:
+            if not self._stop.is_set():
+                logger.warning("event stream ended: %s", e)
+                self.error = e
+
+    def _opened(self, r: httpx.Response) -> None:
+        self._response = r
+        if self._stop.is_set():
+            r.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Stop following; the thread ends at the next line of the stream (<= 15 s)."""
+        self._stop.set()
+        r = self._response
+        if r is not None:
+            try:
+                r.close()
+            except Exception:  # closing under a reader thread: it ends on its own
+                logger.debug("closing the event stream", exc_info=True)
+        self._thread.join(timeout_s)

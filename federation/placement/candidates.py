@@ -1,0 +1,466 @@
+"""Placement: a pure function from (envelope, site facts, snapshot) to a ranked decision.
+
+Every (site, partition) is either a candidate, with a concrete shape, a predicted wait and
+the reason for that prediction, or a rejection with the reason it cannot run the task. The
+first rule here, ``earliest-start``, picks the feasible candidate whose predicted start is
+soonest, breaking ties by best fit (fewest GPUs left stranded on the node), then towards
+the partition with the most free room.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from pydantic import Field
+
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.errors import BadEnvelopeError, NoFeasibleSiteError
+from federation.core.model import Frozen
+from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
+from federation.core.spec import PartitionSpec, SiteSpec
+
+if TYPE_CHECKING:
+    from federation.placement.policies import Policy
+
+MAX_PROBE_AGE_S = 600.0
+DEFAULT_BANDWIDTH_MB_S = 100.0
+"""Assumed bandwidth between two distinct sites for stage-in estimates (1 MB = 10**6 B)."""
+
+
+class TransferRates(Frozen):
+    """Bandwidth assumed for stage-in between sites (MB/s); 0 s on the data's own site."""
+
+    default_mb_s: float = Field(default=DEFAULT_BANDWIDTH_MB_S, gt=0)
+    pairs_mb_s: dict[str, float] = Field(default_factory=dict)
+    """Per ordered pair, keyed ``"source->destination"`` (e.g. ``"delta->anvil"``)."""
+
+    def mb_s(self, source: str, dest: str) -> float:
+        rate = self.pairs_mb_s.get(f"{source}->{dest}", self.default_mb_s)
+        if rate <= 0:
+            raise BadEnvelopeError(f"transfer rate {source}->{dest} must be > 0 MB/s")
+        return rate
+
+
+def stage_in_estimate(
+    envelope: ResourceEnvelope, site: str, rates: TransferRates | None = None
+) -> tuple[float, str]:
+    """Seconds to bring the envelope's ``stage_in`` data to ``site`` (one after the other),
+    and the reasoning; (0, "") when the task declares none."""
+    if not envelope.stage_in:
+        return 0.0, ""
+    rates = rates or TransferRates()
+    total = 0.0
+    parts: list[str] = []
+    for d in envelope.stage_in:
+        if d.site == site:
+            parts.append(f"{d.path} already here")
+            continue
+        rate = rates.mb_s(d.site, site)
+        secs = d.size_bytes / (rate * 1e6)
+        total += secs
+        parts.append(f"{d.size_bytes / 1e9:.2f} GB from {d.site} at {rate:g} MB/s = {secs:.0f} s")
+    return total, f"stage-in {total:.0f} s ({'; '.join(parts)})"
+
+
+class Candidate(Frozen):
+    """A feasible placement with its prediction."""
+
+    site: str
+    partition: str
+    shape: Shape
+    predicted_wait_s: float = Field(ge=0)
+    wait_q90_s: float | None = Field(default=None, ge=0)
+    predicted_runtime_s: float = Field(default=0.0, ge=0)
+    pending_jobs: int = Field(default=0, ge=0)
+    free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")
+    waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
+    why: str
+    stage_in_s: float = Field(default=0.0, ge=0, description="moving the task's input here")
+
+    @property
+    def predicted_start_s(self) -> float:
+        """Input moved here first, then the queue wait (transfers and queue in series)."""
+        return self.stage_in_s + self.predicted_wait_s
+
+    @property
+    def predicted_completion_s(self) -> float:
+        return self.stage_in_s + self.predicted_wait_s + self.predicted_runtime_s
+
+
+class Rejection(Frozen):
+    """A (site, partition) that cannot take the task, and why."""
+
+    site: str
+    partition: str | None = None
+    reason: str
+
+
+class PlacementDecision(Frozen):
+    """The decision trace: what was chosen, what else was possible, what was ruled out."""
+
+    policy: str
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[Rejection, ...]
+    hedges: tuple[Candidate, ...] = ()
+    """Extra copies submitted alongside ``chosen``; the first to start wins, others are
+    cancelled."""
+    snapshot_taken_at: datetime
+    decided_at: datetime
+
+    def explain(self) -> str:
+        lines = [
+            f"policy {self.policy}: chose {self.chosen.shape.describe()}",
+            f"  because: {self.chosen.why}",
+        ]
+        for c in self.candidates:
+            if c is self.chosen or (c.site, c.partition) == (
+                self.chosen.site,
+                self.chosen.partition,
+            ):
+                continue
+            tie = ""
+            if c.predicted_wait_s == self.chosen.predicted_wait_s:
+                tie = "; same wait, lost the tie-break (GPU fit, free room, name)"
+                if c.waste > self.chosen.waste:
+                    tie = f"; same wait, but would strand {c.waste:.0%} of a node's GPUs"
+            lines.append(
+                f"  not {c.site}/{c.partition}: predicted wait {c.predicted_wait_s:.0f} s "
+                f"({c.why}{tie})"
+            )
+        for r in self.rejected:
+            where = f"{r.site}/{r.partition}" if r.partition else r.site
+            lines.append(f"  not {where}: {r.reason}")
+        return "\n".join(lines)
+
+
+def validate_envelope(envelope: ResourceEnvelope, sites: Sequence[SiteSpec]) -> None:
+    """Raise :class:`BadEnvelopeError` for constraints no site could ever mean."""
+    known_types = set().union(*(s.gpu_types for s in sites)) if sites else set()
+    unknown = [t for t in envelope.gpu_types if t not in known_types]
+    if unknown:
+        raise BadEnvelopeError(
+            f"unknown GPU type(s) {unknown}; the federation has: {sorted(known_types)}"
+        )
+    known_sites = {s.name for s in sites}
+    bad_sites = [s for s in envelope.sites if s not in known_sites]
+    bad_sites += [d.site for d in envelope.stage_in if d.site not in known_sites]
+    if bad_sites:
+        raise BadEnvelopeError(f"unknown site(s) {bad_sites}; known: {sorted(known_sites)}")
+
+
+def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) -> Shape | str:
+    """The smallest shape of ``envelope`` that ``part`` can host, or why none fits."""
+    if envelope.sites and site.name not in envelope.sites:
+        return "excluded by the envelope's site list"
+    if envelope.partitions and not (
+        part.name in envelope.partitions or f"{site.name}:{part.name}" in envelope.partitions
+    ):
+        return "excluded by the envelope's partition list"
+    if envelope.arch and site.arch not in envelope.arch:
+        return f"architecture {site.arch} not in {list(envelope.arch)}"
+    if envelope.gpus_min > 0:
+        if part.gpus_per_node == 0:
+            return f"no GPUs (envelope needs {envelope.gpus_min})"
+        if envelope.gpu_types and part.gpu_type not in envelope.gpu_types:
+            return f"GPU type {part.gpu_type} not in {list(envelope.gpu_types)}"
+        if envelope.gpus_min > part.gpus_per_node:
+            return (
+                f"{part.gpus_per_node} GPUs per node, envelope needs "
+                f"{envelope.gpus_min} {'/'.join(envelope.gpu_types) or 'GPUs'}"
+            )
+        if envelope.gpu_mem_gb_min and (part.gpu_mem_gb or 0) < envelope.gpu_mem_gb_min:
+            return f"{part.gpu_mem_gb} GB per GPU < {envelope.gpu_mem_gb_min} GB needed"
+    elif part.gpus_per_node > 0 and any(p.gpus_per_node == 0 for p in site.partitions):
+        return "GPU partition; a CPU-only task belongs on the site's CPU partition"
+    if envelope.cpus_min > part.cpus_per_node:
+        return f"{part.cpus_per_node} CPUs per node < {envelope.cpus_min} needed"
+    if envelope.mem_gb_min > part.mem_gb_per_node:
+        return f"{part.mem_gb_per_node} GB per node < {envelope.mem_gb_min} GB needed"
+    if envelope.nodes > part.nodes_real:
+        return f"{part.nodes_real} nodes < {envelope.nodes} needed"
+    if envelope.walltime_s > part.max_walltime_s:
+        return f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
+    return Shape(
+        site=site.name,
+        partition=part.name,
+        nodes=envelope.nodes,
+        cpus=envelope.cpus_min,
+        mem_gb=max(1, math.ceil(envelope.mem_gb_min)),
+        gpus=envelope.gpus_min,
+        gpu_type=part.gpu_type if envelope.gpus_min else None,
+        walltime_s=envelope.walltime_s,
+        account=envelope.account or site.account_for(part.name),
+    )
+
+
+class _QueueView(NamedTuple):
+    """One partition's queue, summarised once per snapshot for every shape placed on it."""
+
+    pending: int
+    pending_cpus: int
+    pending_gpus: int
+    ends: list[float]
+    """End timestamps of ``running``, ascending."""
+    running: list[JobRecord]
+    open_ended: list[JobRecord]
+    """Running jobs without an end time."""
+
+
+_QUEUE_VIEWS: dict[tuple[int, str], tuple[weakref.ref[SiteSnapshot], _QueueView]] = {}
+
+
+def _queue_view(site: SiteSnapshot, partition: str) -> _QueueView:
+    """The partition's queue view, cached for as long as this (immutable) snapshot lives.
+
+    Placing many tasks on one snapshot then costs one pass over its jobs, not one per task
+    and partition (measured by ``bench/perf.py``: 100 sites x 1,000 jobs).
+    """
+    key = (id(site), partition)
+    hit = _QUEUE_VIEWS.get(key)
+    if hit is not None and hit[0]() is site:
+        return hit[1]
+    jobs = [j for j in site.jobs if j.partition == partition]
+    pending = [j for j in jobs if j.state == "pending"]
+    dated = sorted(
+        (j for j in jobs if j.state == "running" and j.end_time is not None),
+        key=lambda j: j.end_time.timestamp(),  # type: ignore[union-attr]
+    )
+    view = _QueueView(
+        pending=len(pending),
+        pending_cpus=sum(j.cpus for j in pending),
+        pending_gpus=sum(j.gpus for j in pending),
+        ends=[j.end_time.timestamp() for j in dated],  # type: ignore[union-attr]
+        running=dated,
+        open_ended=[j for j in jobs if j.state == "running" and j.end_time is None],
+    )
+
+    def forget(ref: weakref.ref[SiteSnapshot]) -> None:  # the snapshot is gone: drop it
+        if (cur := _QUEUE_VIEWS.get(key)) is not None and cur[0] is ref:
+            _QUEUE_VIEWS.pop(key, None)
+
+    _QUEUE_VIEWS[key] = (weakref.ref(site, forget), view)
+    return view
+
+
+def predict_wait(
+    shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+) -> tuple[float, str]:
+    """Predicted queue wait (seconds) for ``shape`` in ``part``, and the reasoning.
+
+    Fits-now: an idle-enough node exists and nothing is pending in the partition. Otherwise
+    a fluid estimate: running jobs release their resources at their end times (start +
+    time limit, as Slurm assumes); the pending jobs ahead and this shape must fit in what
+    is released. Slurm's own start estimate for the last pending job is a lower bound.
+    """
+    nodes = [n for n in site.nodes if n.partition == part.partition and n.usable]
+    mem_mb = shape.mem_gb * 1024
+    fitting = [
+        n
+        for n in nodes
+        if n.cpus_free >= shape.cpus
+        and n.mem_mb_free >= mem_mb
+        and n.gpus_free(shape.gpu_type) >= shape.gpus
+    ]
+    if len(fitting) >= shape.nodes and part.jobs_pending == 0:
+        n = fitting[0]
+        return 0.0, (
+            f"fits now on {n.name} ({n.cpus_free} CPUs, "
+            f"{n.mem_mb_free // 1024} GB, {n.gpus_free(shape.gpu_type)} GPUs free), "
+            "nothing pending"
+        )
+    if not nodes:
+        return math.inf, "no usable nodes (all down or drained)"
+
+    q = _queue_view(site, part.partition)
+    # running jobs by end time; open-ended ones count as ending now (as sorted() would)
+    cut = bisect.bisect_right(q.ends, now.timestamp())
+    running = [*q.running[:cut], *q.open_ended, *q.running[cut:]]
+    gpu_key = shape.gpu_type
+    free_cpus = sum(n.cpus_free for n in nodes)
+    free_gpus = sum(n.gpus_free(gpu_key) for n in nodes)
+    need_cpus = shape.cpus * shape.nodes + q.pending_cpus
+    need_gpus = shape.gpus * shape.nodes + q.pending_gpus
+    t_free = now
+    for j in running:
+        if free_cpus >= need_cpus and free_gpus >= need_gpus:
+            break
+        free_cpus += j.cpus
+        free_gpus += j.gpus
+        end = j.end_time
+        if end is None:
+            limit = j.time_limit_s or part.max_time_s or 86400
+            end = datetime.fromtimestamp((j.start_time or now).timestamp() + limit, tz=UTC)
+        t_free = max(t_free, end)
+    wait = max(0.0, (t_free - now).total_seconds())
+    why = (
+        f"{len(running)} running, {q.pending} pending ahead; "
+        f"{part.cpus_alloc}/{part.cpus_total} CPUs and "
+        f"{sum(part.gpus_alloc_by_type.values())}/{sum(part.gpus_total_by_type.values())} "
+        "GPUs allocated"
+    )
+    if part.latest_pending_start is not None:
+        slurm_wait = (part.latest_pending_start - now).total_seconds()
+        if slurm_wait > wait:
+            wait = slurm_wait
+            why += f"; Slurm estimates the last pending job starts in {slurm_wait:.0f} s"
+    if free_cpus < need_cpus or free_gpus < need_gpus:
+        return max(wait, float(part.max_time_s or 86400)), why + "; queue deeper than running jobs"
+    return wait, why + f"; enough frees up in {wait:.0f} s"
+
+
+def _waste(part: PartitionSpec, shape: Shape) -> float:
+    """Best-fit tie-break: GPUs a node would leave stranded (all of them for CPU tasks)."""
+    if part.gpus_per_node == 0:
+        return 0.0
+    return (part.gpus_per_node - shape.gpus) / part.gpus_per_node
+
+
+def _free_fraction(part: PartitionSnapshot, shape: Shape) -> float:
+    if shape.gpus and part.gpus_total_by_type:
+        total = sum(part.gpus_total_by_type.values())
+        return max(0.0, min(1.0, (total - sum(part.gpus_alloc_by_type.values())) / total))
+    return max(0.0, min(1.0, part.cpus_idle / part.cpus_total)) if part.cpus_total else 0.0
+
+
+WaitFn = Callable[[Shape, PartitionSnapshot, SiteSnapshot, datetime], tuple[float, float, str]]
+"""(shape, partition, site, now) -> (median wait s, 90th-percentile wait s, reasoning)."""
+RuntimeFn = Callable[[Shape], float]
+
+
+def snapshot_wait(
+    shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+) -> tuple[float, float, str]:
+    """:func:`predict_wait` as a :data:`WaitFn` (no spread: it is a point estimate)."""
+    wait, why = predict_wait(shape, part, site, now)
+    return wait, wait, why
+
+
+def shape_ladder(envelope: ResourceEnvelope, base: Shape, part: PartitionSpec) -> list[Shape]:
+    """``base`` and the larger shapes inside ``envelope`` a partition can host, by doubling
+    the scaling resource (GPUs if any, else CPUs) and memory (and CPUs, for GPUs) with it."""
+    key = "gpus" if base.gpus else "cpus"
+    start = getattr(base, key)
+    bound = envelope.gpus_max if base.gpus else envelope.cpus_max
+    hi = min(bound or start, part.gpus_per_node if base.gpus else part.cpus_per_node)
+    shapes = [base]
+    n = start * 2
+    while n <= hi:
+        f = n / start
+        update: dict[str, int] = {
+            key: n,
+            "mem_gb": int(min(part.mem_gb_per_node, envelope.mem_gb_max or 10**9, base.mem_gb * f)),
+        }
+        if base.gpus:
+            update["cpus"] = min(part.cpus_per_node, envelope.cpus_max or 10**9, int(base.cpus * f))
+        shapes.append(base.model_copy(update=update))
+        n *= 2
+    return shapes
+
+
+def enumerate_candidates(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    now: datetime,
+    wait_fn: WaitFn = snapshot_wait,
+    runtime_fn: RuntimeFn | None = None,
+    ladder: bool = False,
+    rates: TransferRates | None = None,
+) -> tuple[list[Candidate], list[Rejection]]:
+    """Every feasible (site, partition[, shape]) with predictions, and every rejection.
+
+    A candidate away from the envelope's ``stage_in`` data carries the estimated transfer
+    time (``stage_in_s``, size / ``rates``) in its completion and its ``why``."""
+    validate_envelope(envelope, sites)
+    candidates: list[Candidate] = []
+    rejected: list[Rejection] = []
+    for spec in sites:
+        snap = snapshot.site(spec.name)
+        if snap is None or not snap.health.reachable:
+            err = snap.health.error if snap else "not probed"
+            rejected.append(Rejection(site=spec.name, reason=f"unhealthy: {err}"))
+            continue
+        if snap.health.probe_age_s > MAX_PROBE_AGE_S:
+            rejected.append(
+                Rejection(
+                    site=spec.name,
+                    reason=(
+                        f"probe is {snap.health.probe_age_s:.0f} s old (> {MAX_PROBE_AGE_S:.0f} s)"
+                    ),
+                )
+            )
+            continue
+        stage_s, stage_why = stage_in_estimate(envelope, spec.name, rates)
+        for part in spec.partitions:
+            shape = shape_in(envelope, spec, part)
+            if isinstance(shape, str):
+                rejected.append(Rejection(site=spec.name, partition=part.name, reason=shape))
+                continue
+            psnap = snap.partition(part.name)
+            if psnap is None:
+                rejected.append(
+                    Rejection(
+                        site=spec.name,
+                        partition=part.name,
+                        reason="partition missing from the live snapshot",
+                    )
+                )
+                continue
+            if psnap.state not in ("up", "unknown"):
+                rejected.append(
+                    Rejection(
+                        site=spec.name, partition=part.name, reason=f"partition is {psnap.state}"
+                    )
+                )
+                continue
+            for sh in shape_ladder(envelope, shape, part) if ladder else [shape]:
+                wait, wait_hi, why = wait_fn(sh, psnap, snap, now)
+                if math.isinf(wait):
+                    rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
+                    break
+                runtime = runtime_fn(sh) if runtime_fn else 0.0
+                candidates.append(
+                    Candidate(
+                        site=spec.name,
+                        partition=part.name,
+                        shape=sh,
+                        predicted_wait_s=wait,
+                        wait_q90_s=max(wait, wait_hi),
+                        predicted_runtime_s=runtime,
+                        free_fraction=_free_fraction(psnap, sh),
+                        waste=_waste(part, sh),
+                        pending_jobs=psnap.jobs_pending,
+                        why=f"{why}; {stage_why}" if stage_why else why,
+                        stage_in_s=stage_s,
+                    )
+                )
+    return candidates, rejected
+
+
+def no_feasible(rejected: Sequence[Rejection]) -> NoFeasibleSiteError:
+    return NoFeasibleSiteError(
+        "no site can run this envelope",
+        {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
+    )
+
+
+def place(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    policy: str | Policy = "earliest-start",
+    now: datetime | None = None,
+) -> PlacementDecision:
+    """Rank every feasible (site, partition) for ``envelope`` with a named policy.
+
+    Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
+    """
+    from federation.placement.policies import get_policy
+
+    return get_policy(policy).decide(envelope, sites, snapshot, now or datetime.now(UTC))

@@ -1,0 +1,295 @@
+"""A digital twin of a site's queue, built from what a probe sees, to predict waits.
+
+Slurm's own start estimates (and the snapshot rule in :mod:`federation.placement.candidates`) assume
+every job runs to its time limit. The twin replays the visible queue in the same
+EASY-backfill simulator the benchmark uses (:mod:`federation.sim.queue`), but with run
+times drawn from the learned usage model (:class:`UsageRatioModel`, per partition once it
+has seen enough of its jobs): running jobs end after their conditional remaining time,
+pending jobs run for a quantile of their limit. It sees
+only what a real coordinator sees: node allocations, running and pending jobs with their
+requested limits and start times, and the history of how long finished jobs really ran.
+
+Running jobs are seeded on the very nodes the snapshot says they hold
+(``JobRecord.node_names``, :meth:`SimSite.seed_running`), so the twin has the site's
+fragmentation; pending jobs keep the scheduler's order (priority, submit time, job id). With
+an empty usage model (every job runs to its limit) and no later arrivals, the twin's wait is
+then the site's own (``bench/twin_fidelity.py``). Without node names (older probes) running
+jobs are placed by the simulator's own node choice, which can differ.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
+from federation.core.spec import SiteSpec
+from federation.placement.candidates import enumerate_candidates
+from federation.placement.runtime_model import UsageRatioModel
+from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
+
+_ProbeKey = tuple[str, float, int, int, int, int]
+_WaitKey = tuple[str, datetime, float, _ProbeKey]
+
+
+class TwinPredictor:
+    """Wait quantiles per candidate from a per-site twin (cached per snapshot).
+
+    ``q_mid``/``q_high``: the quantiles behind the reported median and upper wait.
+
+    ``samples=0`` plugs one usage-model quantile into every job (a *lower* usage quantile
+    means jobs end sooner, so it gives the optimistic wait). That is biased when jobs end at
+    widely spread times: a probe waits for the *first* jobs to end, and the earliest of many
+    medians is later than the median of the earliest. ``samples=K`` instead draws each job's
+    run time from the usage distribution, independently per job, in ``K`` twins (seeded
+    from the site and snapshot time, so decisions are reproducible), and reports the
+    ``q_mid`` and ``q_high`` quantiles of the ``K`` waits.
+
+    Waits are memoized per (snapshot, twin, probe shape), so policies sharing a predictor
+    pay once; :meth:`prepare` computes every shape a decision will ask for in one
+    :meth:`SimSite.what_if_many` pass per twin and partition (exact: the same numbers as
+    asking one shape at a time).
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, SiteSpec],
+        usage: UsageRatioModel,
+        *,
+        q_mid: float = 0.5,
+        q_high: float = 0.8,
+        start_delay_s: float = 0.0,
+        samples: int = 0,
+    ) -> None:
+        self.specs = dict(specs)
+        self.usage = usage
+        self.q_mid, self.q_high = q_mid, q_high
+        self.start_delay_s = start_delay_s
+        self.samples = samples
+        self._cache: dict[tuple[str, datetime, float], SimSite] = {}
+        self._waits: dict[_WaitKey, float] = {}
+
+    def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
+        """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
+        key = (site.site, site.taken_at, q)
+        tw = self._cache.get(key)
+        if tw is None:
+            if len(self._cache) > 4 * self._cache_size():  # a safety net; see prepare()
+                self._evict()
+            tw = self._cache[key] = self._build(site, now, q)
+        return tw
+
+    def _cache_size(self) -> int:
+        return 64 + 2 * self.samples
+
+    def _evict(self) -> None:
+        self._cache.clear()
+        self._waits.clear()
+
+    def _quantiles(self, site: SiteSnapshot, q: float) -> Callable[[], float]:
+        """Each job's usage quantile: ``q`` for all, or (``q < 0``) an independent draw."""
+        if q >= 0:
+            return lambda: q
+        seed = zlib.crc32(f"{site.site}|{site.taken_at.isoformat()}|{q}".encode())
+        rng = random.Random(seed)
+        return rng.random
+
+    def _build(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
+        draw = self._quantiles(site, q)
+        spec = self.specs[site.site]
+        known = {p.name for p in spec.partitions}
+        index: dict[str, dict[str, int]] = {p: {} for p in known}
+        for n in site.nodes:
+            ix = index.get(n.partition)
+            if n.usable and ix is not None and n.name not in ix:
+                ix[n.name] = len(ix)
+        nodes = {p: max(1, len(index[p])) for p in known}
+        tw = SimSite(spec, nodes=nodes, start_delay_s=self.start_delay_s)
+        # The twin's clock reads seconds since a fixed epoch (rounded to the microseconds of
+        # the snapshot's timestamps), so job ends that coincide at the site coincide here too.
+        tw.advance(round((now - DEFAULT_EPOCH).total_seconds(), 6))
+        running = sorted(
+            (j for j in site.jobs if j.state == "running" and j.partition in known),
+            key=lambda j: (j.start_time or now, _id_key(j.job_id)),
+        )
+        pending = [j for j in site.jobs if j.state == "pending" and j.partition in known]
+        # the real scheduler's order: priority, then submit time, then job id
+        pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, _id_key(j.job_id)))
+        jobs: list[SimJob] = []
+        for j in running:
+            job = self._as_running(j, site.site, now, draw())
+            if j.node_names and not self._seed(tw, j, job, index[j.partition]):
+                continue  # seeded on its nodes, or it holds no node the twin has
+            jobs.append(job)
+        n_pend = len(pending)
+        jobs += [self._as_pending(j, site.site, draw(), n_pend - i) for i, j in enumerate(pending)]
+        tw.submit_many(jobs)
+        return tw
+
+    @staticmethod
+    def _seed(tw: SimSite, j: JobRecord, job: SimJob, index: Mapping[str, int]) -> bool:
+        """Seed a running job on the nodes it holds; ``True``: still to be placed by the sim."""
+        held = sorted({index[n] for n in j.node_names if n in index})
+        if not held:  # all its nodes are unusable (draining...) or outside the partition
+            return False
+        if len(held) != job.nodes:
+            job = replace(job, nodes=len(held))
+        try:
+            tw.seed_running(job, held)
+        except SimRequestError:  # the snapshot disagrees with itself: let the twin place it
+            return True
+        return False
+
+    def _limit(self, j: JobRecord, site: str) -> float:
+        if j.time_limit_s:
+            return float(j.time_limit_s)
+        spec = self.specs[site]
+        return float(max(p.max_walltime_s for p in spec.partitions))
+
+    @staticmethod
+    def _job(j: JobRecord, walltime_s: float, run_s: float, priority: int) -> SimJob:
+        nodes = max(1, j.nodes)
+        return SimJob(
+            partition=j.partition,
+            walltime_s=walltime_s,
+            run_s=run_s,
+            nodes=nodes,
+            cpus_per_node=max(1, j.cpus // nodes),
+            mem_mb_per_node=int(j.mem_mb or 0),
+            gpus_per_node=j.gpus // nodes,
+            priority=priority,
+        )
+
+    def _as_running(self, j: JobRecord, site: str, now: datetime, q: float) -> SimJob:
+        limit = self._limit(j, site)
+        elapsed = max(0.0, (now - j.start_time).total_seconds()) if j.start_time else 0.0
+        if j.end_time is not None:  # Slurm's end for a running job: start + limit, exactly
+            left_limit = max(1.0, (j.end_time - now).total_seconds())
+        else:
+            left_limit = max(1.0, limit - elapsed)
+        left = max(1.0, self.usage.remaining_s(site, limit, elapsed, q, j.partition))
+        if left >= left_limit - 1.0:  # runs to its limit (up to the rounding of the record):
+            left = left_limit  # end exactly then, together with jobs sharing that end
+        return self._job(j, left_limit, left, 10**9)
+
+    def _as_pending(self, j: JobRecord, site: str, q: float, prio: int) -> SimJob:
+        limit = self._limit(j, site)
+        run = self.usage.duration_s(site, limit, q, j.partition)
+        return self._job(j, limit, min(run, limit), prio)
+
+    def _probe_job(self, shape: Shape, runtime_s: float) -> SimJob:
+        return SimJob(
+            partition=shape.partition,
+            walltime_s=float(shape.walltime_s),
+            run_s=min(runtime_s, float(shape.walltime_s)),
+            nodes=shape.nodes,
+            cpus_per_node=shape.cpus,
+            mem_mb_per_node=shape.mem_gb * 1024,
+            gpus_per_node=shape.gpus,
+            priority=0,
+        )
+
+    @staticmethod
+    def _probe_key(shape: Shape) -> _ProbeKey:
+        return (
+            shape.partition,
+            float(shape.walltime_s),
+            shape.nodes,
+            shape.cpus,
+            shape.mem_gb,
+            shape.gpus,
+        )
+
+    def _qs(self, site: str) -> list[float]:
+        """The twins :meth:`__call__` consults for ``site``: sampled, or two quantiles."""
+        if self.samples > 0 and self.usage.samples(site) > 0:
+            return [-1.0 - k for k in range(self.samples)]
+        return [self.q_mid, self.q_high]
+
+    def wait(self, shape: Shape, site: SiteSnapshot, now: datetime, q: float) -> float:
+        key = (site.site, site.taken_at, q, self._probe_key(shape))
+        w = self._waits.get(key)
+        if w is None:
+            tw = self.twin(site, now, q)
+            start, _ = tw.what_if(self._probe_job(shape, 60.0))
+            w = self._waits[key] = max(0.0, start - tw.now - self.start_delay_s)
+        return w
+
+    def prepare(
+        self,
+        envelope: ResourceEnvelope,
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+        ladder: bool,
+    ) -> None:
+        """Compute the waits of every shape a decision on ``envelope`` will ask for.
+
+        One forward pass per twin and partition for all the shapes
+        (:meth:`SimSite.what_if_many`) instead of one per shape; the results land in the
+        memo that :meth:`wait` reads, so the decision itself is unchanged.
+        """
+        if len(self._cache) > self._cache_size():  # between decisions, not in the middle
+            self._evict()
+        asked: dict[str, tuple[SiteSnapshot, dict[_ProbeKey, Shape]]] = {}
+
+        def record(
+            shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, _now: datetime
+        ) -> tuple[float, float, str]:
+            asked.setdefault(site.site, (site, {}))[1].setdefault(self._probe_key(shape), shape)
+            return 0.0, 0.0, ""
+
+        enumerate_candidates(envelope, sites, snapshot, now, record, None, ladder)
+        for site, shapes in asked.values():
+            for q in self._qs(site.site):
+                todo = [
+                    (k, sh)
+                    for k, sh in shapes.items()
+                    if (site.site, site.taken_at, q, k) not in self._waits
+                ]
+                if not todo:
+                    continue
+                tw = self.twin(site, now, q)
+                starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
+                for (k, _), (start, _) in zip(todo, starts, strict=True):
+                    wait = max(0.0, start - tw.now - self.start_delay_s)
+                    self._waits[(site.site, site.taken_at, q, k)] = wait
+
+    def __call__(
+        self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+    ) -> tuple[float, float, str]:
+        """The :data:`~federation.placement.candidates.WaitFn` interface."""
+        n = self.usage.samples(site.site)
+        if self.samples > 0 and n > 0:
+            waits = sorted(self.wait(shape, site, now, q) for q in self._qs(site.site))
+            mid = _quantile(waits, self.q_mid)
+            high = max(mid, _quantile(waits, self.q_high))
+            how = f"{self.samples} sampled twins"
+        else:
+            mid = self.wait(shape, site, now, self.q_mid)
+            high = max(mid, self.wait(shape, site, now, self.q_high))
+            how = "quantile twin"
+        why = (
+            f"twin: {part.jobs_running} running, {part.jobs_pending} pending; median wait "
+            f"{mid:.0f} s, p{int(self.q_high * 100)} {high:.0f} s "
+            f"({how}, usage model from {n} finished jobs)"
+        )
+        return mid, high, why
+
+
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    """Linear-interpolated quantile ``q`` of an ascending, non-empty list."""
+    pos = q * (len(sorted_vals) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    """Job ids in submission order: ``123`` and ``123_4`` by their numeric part."""
+    head = job_id.split("_", 1)[0].split(".", 1)[0]
+    return (int(head), job_id) if head.isdigit() else (2**62, job_id)

@@ -1,0 +1,243 @@
+"""Typed events and the in-process bus that resumes waiting callers."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from pydantic import Field
+
+from federation.core.model import Frozen
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OWNER = "local"
+"""Who owns work whose creator is not named: the in-process user (the Python API, the CLI
+without ``--service``), and every record written before records carried an owner."""
+
+EventKind = Literal[
+    "task.queued",
+    "task.started",
+    "task.completed",
+    "task.failed",
+    "task.retried",
+    "task.hedge_cancelled",
+    "task.copy_added",
+    "task.milestone",
+    "task.stalled",
+    "group.submitted",
+    "group.child_replaced",
+    "group.child_stalled",
+    "group.exception",
+    "group.round_terminal",
+    "hook.failed",
+    "transfer.submitted",
+    "transfer.progress",
+    "transfer.completed",
+    "transfer.failed",
+    "policy.unresolved",
+    "policy.approved",
+    "policy.rejected",
+    "policy.copy_refused",
+]
+
+
+class Event(Frozen):
+    """Something decision-relevant that happened to a task."""
+
+    seq: int = Field(ge=0, description="position in the coordinator's event log")
+    kind: EventKind
+    task_id: str
+    site: str | None = None
+    at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+    owner: str = Field(
+        default=DEFAULT_OWNER, description="the caller whose task, group or transfer this is"
+    )
+    owner_seq: int = Field(
+        default=0, ge=0, description="position in the owner's own event log (gap-free)"
+    )
+
+    def as_seen_by_owner(self) -> Event:
+        """This event in its owner's view: ``seq`` is the owner's own cursor."""
+        return self.model_copy(update={"seq": self.owner_seq})
+
+
+EventCallback = Callable[[Event], None]
+
+
+class EventLog(Protocol):
+    """Where events are persisted (see :class:`federation.runtime.store.Store`)."""
+
+    def append_event(self, ev: Event) -> None: ...
+
+    def events(self) -> list[Event]: ...
+
+
+class _Subscriber:
+    """One callback; its lock orders a replay before the live events that follow it."""
+
+    def __init__(self, callback: EventCallback, task_id: str | None) -> None:
+        self.callback = callback
+        self.task_id = task_id
+        self.lock = threading.RLock()
+
+    def wants(self, ev: Event) -> bool:
+        return self.task_id is None or self.task_id == ev.task_id
+
+    def call(self, ev: Event) -> None:
+        try:
+            self.callback(ev)
+        except Exception:
+            logger.exception("event callback %r failed on %s", self.callback, ev.kind)
+
+
+class EventBus:
+    """Ordered log of events; subscribers are called on the thread that emits."""
+
+    def __init__(self, log: EventLog | None = None) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._persist = log
+        self._log: list[Event] = log.events() if log is not None else []
+        self._seq = itertools.count(self._log[-1].seq + 1 if self._log else 1)
+        self._all: list[_Subscriber] = []
+        """Subscribers to every event."""
+        self._by_task: dict[str, list[_Subscriber]] = {}
+        """Subscribers to one task's (or group's) events: emit costs O(its subscribers)."""
+        self._task_log: dict[str, list[Event]] = {}
+        self._owner_log: dict[str, list[Event]] = {}
+        """Each owner's events in order; an event's ``owner_seq`` is its position + 1."""
+        self._owners: dict[str, str] = {}
+        """Who owns each task, group and transfer id (set when it is created)."""
+        for ev in self._log:
+            self._task_log.setdefault(ev.task_id, []).append(ev)
+            self._owner_log.setdefault(ev.owner, []).append(ev)
+            self._owners.setdefault(ev.task_id, ev.owner)
+
+    def set_owner(self, record_id: str, owner: str) -> None:
+        """Record that ``record_id`` (a task, group or transfer) belongs to ``owner``: its
+        events go to that owner's log. Call it before the record's first event; an owner
+        once set is kept (a record never changes hands)."""
+        with self._lock:
+            known = self._owners.setdefault(record_id, owner)
+        if known != owner:
+            raise ValueError(f"{record_id!r} already belongs to {known!r}, not {owner!r}")
+
+    def owner_of(self, record_id: str) -> str | None:
+        """Who owns ``record_id`` (None: no record of that id has an owner here)."""
+        with self._lock:
+            return self._owners.get(record_id)
+
+    def subscribe(
+        self, callback: EventCallback, task_id: str | None = None, *, replay: bool = False
+    ) -> None:
+        """Call ``callback`` for every later event (of ``task_id`` only, when given).
+
+        ``replay``: first call it for the matching events already in the log. Taking the
+        past and registering for the future happen atomically, so no event is missed or
+        delivered twice, and events from other threads wait until the replay is done.
+        """
+        sub = _Subscriber(callback, task_id)
+        with sub.lock:
+            with self._lock:
+                if task_id is None:
+                    self._all.append(sub)
+                    past = list(self._log) if replay else []
+                else:
+                    self._by_task.setdefault(task_id, []).append(sub)
+                    past = list(self._task_log.get(task_id, ())) if replay else []
+            for ev in past:
+                sub.call(ev)
+
+    def unsubscribe(self, callback: EventCallback, task_id: str | None = None) -> None:
+        """Stop calling ``callback`` (as subscribed with the same ``task_id``)."""
+        with self._lock:
+            subs = self._all if task_id is None else self._by_task.get(task_id, [])
+            subs[:] = [s for s in subs if s.callback != callback]
+            if task_id is not None and not subs:
+                self._by_task.pop(task_id, None)
+
+    def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
+        with self._lock:
+            owner = self._owners.setdefault(task_id, DEFAULT_OWNER)
+            owned = self._owner_log.setdefault(owner, [])
+            ev = Event(
+                seq=next(self._seq),
+                kind=kind,
+                task_id=task_id,
+                site=site,
+                at=datetime.now(UTC),
+                detail=detail,
+                owner=owner,
+                owner_seq=owned[-1].owner_seq + 1 if owned else 1,
+            )
+            if self._persist is not None:  # written before anyone is told
+                self._persist.append_event(ev)
+            self._log.append(ev)
+            self._task_log.setdefault(task_id, []).append(ev)
+            owned.append(ev)
+            subs = [*self._by_task.get(task_id, ()), *self._all]
+            self._changed.notify_all()
+        for sub in subs:
+            with sub.lock:
+                sub.call(ev)
+        return ev
+
+    def history(self, task_id: str | None = None) -> list[Event]:
+        with self._lock:
+            return list(self._log) if task_id is None else list(self._task_log.get(task_id, ()))
+
+    def await_event(
+        self,
+        after_seq: int = 0,
+        *,
+        task_ids: set[str] | None = None,
+        kinds: set[str] | None = None,
+        timeout_s: float | None = None,
+        owner: str | None = None,
+    ) -> list[Event]:
+        """Block until events after ``after_seq`` match; return them (empty on timeout).
+
+        Resumable: pass the last ``seq`` you saw as ``after_seq`` and no event between two
+        calls is missed. The waiter sleeps on a condition variable: no polling.
+
+        ``owner``: only that owner's events, and ``after_seq`` is a position in the owner's
+        own log (their ``owner_seq``): the cursor of a caller who sees only their own work.
+        The events are returned as stored (``seq`` global, ``owner_seq`` the cursor).
+        """
+
+        def pos(e: Event) -> int:
+            return e.seq if owner is None else e.owner_seq
+
+        def matching() -> list[Event]:
+            log = self._log if owner is None else self._owner_log.get(owner, [])
+            return [
+                e
+                for e in log[after_seq:]
+                if pos(e) > after_seq
+                and (task_ids is None or e.task_id in task_ids)
+                and (kinds is None or e.kind in kinds)
+            ]
+
+        with self._changed:
+            found = matching()
+            if not found:
+                self._changed.wait_for(lambda: bool(matching()), timeout=timeout_s)
+                found = matching()
+            return found
+
+    @property
+    def last_seq(self) -> int:
+        with self._lock:
+            return self._log[-1].seq if self._log else 0
+
+    def last_seq_of(self, owner: str) -> int:
+        """The cursor of ``owner``'s own log: how many events it has."""
+        with self._lock:
+            owned = self._owner_log.get(owner)
+            return owned[-1].owner_seq if owned else 0

@@ -1,0 +1,497 @@
+"""submit_group: related tasks under one objective, with hard and soft constraints.
+
+Hard constraints live in each child's envelope (sites, architecture, GPU type). The soft
+constraint here is *distinct systems*: children are spread over different sites while that
+is feasible. When a child is still queued after all its siblings have finished, the soft
+constraint is released and the child re-placed: its queued job is cancelled and it is
+resubmitted wherever it would now start first; the move is recorded as an event (the
+paper's example: child c3 queued on Anvil, re-placed on Vista once its siblings were done).
+
+Groups are durable when the coordinator has a store: the group, its children and each
+child's placements are written before ``submit_group`` returns and after every move. A
+restarted coordinator re-attaches every group whose round had not ended (:meth:`recover`):
+its children come back through task recovery, and ``group.round_terminal`` follows, once,
+when the last of them ends. Re-placement needs the child's task in memory, so a group
+re-attached after a restart keeps its children where they are. A move cut short by a
+restart is settled from the store: the new placement is recorded as it ships, so it stays
+the child's (``group.child_replaced`` with ``recovered``); a child cancelled before its new
+placement was submitted is reported as ``group.exception`` (submit it again).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import NoFeasibleSiteError
+from federation.core.tasks import TaskSpec
+from federation.runtime.events import Event, EventCallback
+from federation.runtime.handles import TaskHandle
+from federation.runtime.hooks import Hook
+from federation.security.policy import LOCAL_CALLER
+
+if TYPE_CHECKING:
+    from federation.core.snapshot import FederationSnapshot
+    from federation.runtime.coordinator import Coordinator
+
+logger = logging.getLogger(__name__)
+
+
+REPLACE_MARGIN_S = 30.0
+"""Move a queued child only if elsewhere finishes it at least this much sooner."""
+
+RECHECK_S = 30.0
+"""A child left queued because it looked about to start is judged again this much later."""
+
+MAX_RECHECKS = 20
+"""How many times one placement is judged again (10 minutes at ``RECHECK_S``)."""
+
+REPLACED = "re-placed by its group"
+"""The error of a placement its group cancelled to move the child elsewhere."""
+
+
+@dataclass
+class GroupChild:
+    """One child: what it is, its envelope, and the handles of each placement it had."""
+
+    name: str
+    task: TaskSpec | None
+    """None for a child re-attached after a restart (it cannot be re-placed)."""
+    envelope: ResourceEnvelope
+    attempts: list[TaskHandle] = field(default_factory=list)
+
+    @property
+    def handle(self) -> TaskHandle:
+        return self.attempts[-1]
+
+
+@dataclass
+class GroupHandle:
+    """A submitted group; ``wait()`` returns when every child is terminal."""
+
+    id: str
+    objective: str
+    distinct_sites: bool
+    children: list[GroupChild]
+    replacements: list[dict[str, str]] = field(default_factory=list)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    hooks: tuple[Hook, ...] = ()
+    """Hooks for the group's events; each child is submitted with them too."""
+    caller: str = LOCAL_CALLER
+    """Whose policy every child (and every re-placement) is checked against."""
+    _done: threading.Event = field(default_factory=threading.Event)
+    _replacing: set[str] = field(default_factory=set)
+    _stalled: set[str] = field(default_factory=set)
+    _rechecks: dict[str, int] = field(default_factory=dict)
+    """How often each placement left queued as 'about to start' was judged again."""
+    _ending: bool = False
+    """Set (under the manager's lock) by whoever ends the round, so it ends once."""
+    _submitting: bool = False
+    """True while children are still being submitted: no round can end before that."""
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    def state(self) -> dict[str, str]:
+        return {c.name: c.handle.state if c.attempts else "lost" for c in self.children}
+
+    def task_ids(self) -> list[str]:
+        """Every task of the group, earlier placements included."""
+        return [h.id for c in self.children for h in c.attempts]
+
+
+class GroupManager:
+    """Places groups through a coordinator and watches them (one subscription per group)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coord = coordinator
+        self._lock = threading.Lock()
+        self.groups: dict[str, GroupHandle] = {}
+
+    def submit(
+        self,
+        children: list[tuple[str, TaskSpec, ResourceEnvelope]],
+        *,
+        objective: str = "",
+        distinct_sites: bool = True,
+        on_event: EventCallback | None = None,
+        hooks: Iterable[Hook] = (),
+        snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
+    ) -> GroupHandle:
+        """Submit every child (each through the caller's policy gate); returns at once.
+
+        ``snapshot``: place the children on this snapshot (default: the coordinator's,
+        no older than its probe interval).
+        """
+        if not children:
+            raise ValueError("a group needs at least one child")
+        names = [n for n, _, _ in children]
+        if len(set(names)) != len(names):
+            raise ValueError(f"child names must be unique in a group: {names}")
+        g = GroupHandle(
+            id=str(uuid.uuid4()),
+            objective=objective,
+            distinct_sites=distinct_sites,
+            children=[GroupChild(n, t, e) for n, t, e in children],
+            caller=caller,
+        )
+        g._submitting = True
+        self.coord.events.set_owner(g.id, caller)  # the group's events go to its caller
+        g.hooks = tuple(hooks)
+        for hk in g.hooks:
+            self.coord.hooks.add(hk, {g.id})
+        with self._lock:
+            self.groups[g.id] = g
+        self._persist(g, "submitting")
+        if on_event is not None:
+            self.coord.events.subscribe(on_event, task_id=g.id)
+        used: set[str] = set()
+        snap = snapshot or self.coord.snapshot()
+        for child in g.children:
+            env = child.envelope
+            if distinct_sites:
+                allowed = [s for s in (env.sites or self.coord.backends) if s not in used]
+                if allowed:
+                    env = env.model_copy(update={"sites": tuple(allowed)})
+            assert child.task is not None
+            try:
+                h = self.coord.submit_task(
+                    child.task, env, snapshot=snap, hooks=g.hooks, caller=caller
+                )
+            except NoFeasibleSiteError:
+                if env is child.envelope:
+                    raise
+                h = self.coord.submit_task(
+                    child.task, child.envelope, snapshot=snap, hooks=g.hooks, caller=caller
+                )
+            child.attempts.append(h)
+            self._persist(g, "running")
+            used.add(h.site)
+            h.add_callback(functools.partial(self._on_child_event, g))
+        self.coord.events.emit(
+            "group.submitted",
+            g.id,
+            None,
+            objective=objective,
+            placements={c.name: c.handle.site for c in g.children},
+        )
+        with self._lock:
+            g._submitting = False
+        # children that finished while their siblings were still being submitted
+        done_early = [c for c in g.children if c.handle.done]
+        if done_early:
+            self._evaluate(g)
+        return g
+
+    def _on_child_event(self, g: GroupHandle, ev: Event) -> None:
+        if ev.kind == "task.stalled":
+            child = next((c for c in g.children if c.attempts and c.handle.id == ev.task_id), None)
+            if child is not None:
+                self.coord.events.emit(
+                    "group.child_stalled",
+                    g.id,
+                    ev.site,
+                    child=child.name,
+                    child_task=ev.task_id,
+                    reason=ev.detail.get("reason", "stalled"),
+                )
+            return
+        if ev.kind not in ("task.completed", "task.failed"):
+            return
+        with self._lock:
+            current = {c.handle.id for c in g.children if c.attempts}
+            if ev.task_id not in current or ev.task_id in g._replacing:
+                return  # an attempt being (or already) replaced
+        self._evaluate(g)
+
+    def _evaluate(self, g: GroupHandle) -> None:
+        """After a child ended: end the round, or release a still-queued child."""
+        with self._lock:
+            if g._submitting:
+                return  # submit() evaluates once every child has been submitted
+            terminal = [c for c in g.children if not c.attempts or c.handle.done]
+            queued = [c for c in g.children if c.attempts and c.handle.state == "queued"]
+            finished = len(terminal) == len(g.children) and not g._ending
+            if finished:
+                g._ending = True
+        if finished:
+            self._end_round(g)
+            return
+        if len(terminal) == len(g.children):
+            return
+        # every sibling but the still-queued ones has finished: release the soft constraint
+        if queued and len(terminal) + len(queued) == len(g.children):
+            for child in queued:
+                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+
+    def _stalled_child(self, g: GroupHandle, child: GroupChild, reason: str) -> None:
+        """Report, once per placement, a child still queued after its siblings finished."""
+        with self._lock:
+            if child.handle.id in g._stalled:
+                return
+            g._stalled.add(child.handle.id)
+        self.coord.events.emit(
+            "group.child_stalled",
+            g.id,
+            child.handle.site,
+            child=child.name,
+            child_task=child.handle.id,
+            reason=reason,
+        )
+
+    def _replace(self, g: GroupHandle, child: GroupChild) -> None:
+        try:
+            self._move(g, child)
+        except Exception as e:  # never lose a group to a failure while moving a child
+            logger.exception("re-placing %s of group %s failed", child.name, g.id)
+            self.coord.events.emit(
+                "group.exception",
+                g.id,
+                None,
+                child=child.name,
+                error=f"re-placement failed: {type(e).__name__}: {e}",
+            )
+            self._evaluate(g)  # the child's last placement may have ended the round
+
+    def _move(self, g: GroupHandle, child: GroupChild) -> None:
+        """Judge a child still queued after its siblings finished; move it if that pays.
+
+        A child about to start where it is (its worker still booting, a free node there)
+        is left alone and not reported. One predicted to wait is reported as stalled
+        (``group.child_stalled``) and, in a group that asked for distinct systems, moved
+        when another site finishes it at least ``REPLACE_MARGIN_S`` sooner.
+        """
+        old = child.handle
+        snap = self.coord.inspect_federation()
+        stalled = "still queued after its siblings finished"
+        try:
+            decision = self.coord.plan(child.envelope, snap)
+        except NoFeasibleSiteError as e:
+            self._stalled_child(g, child, f"{stalled}; no site can take it now: {e}")
+            return
+        here = [c for c in decision.candidates if c.site == old.site]
+        if here and min(c.predicted_wait_s for c in here) <= REPLACE_MARGIN_S:
+            self._recheck_later(g, child, old)
+            return  # about to start where it is (e.g. a worker still booting)
+        best = decision.chosen.predicted_completion_s
+        if decision.chosen.site == old.site or (
+            here and min(c.predicted_completion_s for c in here) <= best + REPLACE_MARGIN_S
+        ):
+            self._stalled_child(g, child, f"{stalled}; no other site finishes it sooner")
+            return  # still the best place (or moving gains too little): leave it queued
+        self._stalled_child(g, child, stalled)
+        if not g.distinct_sites or child.task is None:
+            return  # only a soft distinct-systems constraint is released
+        with self._lock:
+            g._replacing.add(old.id)
+        if not self.coord.cancel(old, reason=REPLACED):
+            with self._lock:
+                g._replacing.discard(old.id)
+            return  # it started meanwhile
+
+        def record(ev: Event) -> None:
+            # the new placement is in the store and about to ship: record the move now, so a
+            # coordinator killed before submit_task returns still finds the child's new task
+            if ev.kind == "task.queued":
+                self._record_move(g, child, old, self.coord._handle(ev.task_id))
+
+        new = self.coord.submit_task(
+            child.task,
+            child.envelope,
+            snapshot=snap,
+            hooks=g.hooks,
+            caller=g.caller,
+            on_event=record,
+        )
+        self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
+        self._announce_move(g, child, old, new)
+        new.add_callback(functools.partial(self._on_child_event, g))
+
+    def _recheck_later(self, g: GroupHandle, child: GroupChild, old: TaskHandle) -> None:
+        """Judge the child again later, should it still not have started by then."""
+        with self._lock:
+            n = g._rechecks.get(old.id, 0)
+            if n >= MAX_RECHECKS:
+                return
+            g._rechecks[old.id] = n + 1
+
+        def due() -> None:  # on the coordinator's timer thread: judge off it (it probes)
+            if child.handle is old and old.state == "queued" and not g.done:
+                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+
+        self.coord.milestones.timers.call_later(RECHECK_S, due)
+
+    def _announce_move(
+        self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle, **extra: Any
+    ) -> None:
+        self.coord.events.emit(
+            "group.child_replaced",
+            g.id,
+            new.site,
+            child=child.name,
+            from_site=old.site,
+            to_site=new.site,
+            old_task=old.id,
+            new_task=new.id,
+            **extra,
+        )
+
+    def _record_move(
+        self, g: GroupHandle, child: GroupChild, old: TaskHandle, new: TaskHandle
+    ) -> None:
+        with self._lock:
+            if any(h.id == new.id for h in child.attempts):
+                return
+            child.attempts.append(new)
+            g.replacements.append({"child": child.name, "from": old.site, "to": new.site})
+        self._persist(g, "running")
+
+    # --- durability -------------------------------------------------------------------------
+    def _persist(self, g: GroupHandle, state: str) -> None:
+        store = self.coord.store
+        if store is None:
+            return
+        with self._lock:
+            children = [
+                {
+                    "name": c.name,
+                    "envelope": c.envelope.model_dump(mode="json"),
+                    "task_ids": [h.id for h in c.attempts],
+                }
+                for c in g.children
+            ]
+            replacements = list(g.replacements)
+        store.upsert_group(
+            {
+                "id": g.id,
+                "objective": g.objective,
+                "distinct_sites": int(g.distinct_sites),
+                "children": json.dumps(children),
+                "replacements": json.dumps(replacements),
+                "state": state,
+                "created_at": g.created_at.isoformat(),
+                "owner": g.caller,
+            }
+        )
+
+    def recover(self) -> list[GroupHandle]:
+        """Re-attach the groups of an earlier coordinator (call after task recovery).
+
+        Returns the groups whose round had not ended; each gets ``group.round_terminal``
+        once its last child ends (at once if they all ended while nobody watched). A child
+        whose task never reached the store is reported as ``group.exception``.
+        """
+        store = self.coord.store
+        if store is None:
+            return []
+        history = self.coord.events.history()
+        announced = {e.task_id for e in history if e.kind == "group.round_terminal"}
+        handles = {h.id: h for h in self.coord.handles()}
+        reopened: list[GroupHandle] = []
+        for row in store.groups():
+            if row["id"] in self.groups:
+                continue
+            g = self._from_row(row, handles)
+            self.coord.events.set_owner(g.id, g.caller)
+            with self._lock:
+                self.groups[g.id] = g
+            if g.id in announced:
+                g._ending = True
+                g._done.set()
+                continue
+            for child in g.children:
+                if not child.attempts:
+                    self.coord.events.emit(
+                        "group.exception",
+                        g.id,
+                        None,
+                        child=child.name,
+                        error="the coordinator stopped before this child was submitted; "
+                        "submit it again",
+                    )
+            reopened.append(g)
+            self._recover_moves(g, history)
+            live = [c for c in g.children if c.attempts]
+            if not live:
+                self._on_terminal_check(g)
+            for child in live:
+                child.handle.add_callback(functools.partial(self._on_child_event, g))
+        return reopened
+
+    def _recover_moves(self, g: GroupHandle, history: list[Event]) -> None:
+        """Report the re-placements an earlier coordinator stopped in the middle of (once)."""
+        mine = [e for e in history if e.task_id == g.id]
+        announced = {e.detail.get("new_task") for e in mine if e.kind == "group.child_replaced"}
+        reported = {e.detail.get("child") for e in mine if e.kind == "group.exception"}
+        for c in g.children:
+            # recorded as the new placement shipped, then stopped before announcing the move
+            for old, new in zip(c.attempts, c.attempts[1:], strict=False):
+                if new.id not in announced:
+                    self._announce_move(g, c, old, new, recovered=True)
+            if c.attempts and c.name not in reported:
+                h = c.handle
+                if h.state == "failed" and h.error == REPLACED:
+                    # cancelled to be moved, then stopped before the new placement was made
+                    self.coord.events.emit(
+                        "group.exception",
+                        g.id,
+                        h.site,
+                        child=c.name,
+                        child_task=h.id,
+                        error="the coordinator stopped while re-placing this child: its "
+                        f"queued task on {h.site} was cancelled and no new placement was "
+                        "submitted; submit it again",
+                    )
+
+    def _on_terminal_check(self, g: GroupHandle) -> None:
+        with self._lock:
+            if g._ending:
+                return
+            g._ending = True
+        self._end_round(g)
+
+    def _end_round(self, g: GroupHandle) -> None:
+        """Record and announce the round's end, then release ``wait()`` (in that order, so
+        a caller woken by ``wait()`` finds ``group.round_terminal`` in the history)."""
+        self._persist(g, "terminal")
+        self.coord.events.emit(
+            "group.round_terminal", g.id, None, state=g.state(), replacements=len(g.replacements)
+        )
+        g._done.set()
+
+    @staticmethod
+    def _from_row(row: dict[str, Any], handles: dict[str, TaskHandle]) -> GroupHandle:
+        children = []
+        for c in json.loads(row["children"]):
+            attempts = [handles[t] for t in c["task_ids"] if t in handles]
+            env = ResourceEnvelope.model_validate(c["envelope"])
+            children.append(GroupChild(c["name"], None, env, attempts))
+        return GroupHandle(
+            id=row["id"],
+            objective=row["objective"],
+            distinct_sites=bool(row["distinct_sites"]),
+            children=children,
+            replacements=list(json.loads(row["replacements"])),
+            created_at=datetime.fromisoformat(row["created_at"]),
+            caller=row.get("owner") or LOCAL_CALLER,
+        )
+
+    def get(self, group_id: str) -> GroupHandle:
+        """A group by id (also one re-attached after a restart)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            raise KeyError(f"unknown group {group_id!r}; use the id submit_group returned")
+        return g

@@ -1,0 +1,279 @@
+"""Bearer tokens for the service: issued and revoked from the CLI, stored hashed in SQLite.
+
+A token reads ``fedtok_<id>_<secret>``. The id is public (it names the token in ``token
+list`` and ``token revoke``); only the SHA-256 of the whole token is stored, so the database
+never holds a usable credential. The token is shown once, when issued.
+
+Tokens are scoped per caller: each token names its caller, and a caller may have a
+:class:`~federation.security.policy.CallerPolicy` kept here (``callers`` table), which the
+policy gate applies to every request made with any of that caller's tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import Field
+
+from federation.core.model import Frozen
+from federation.security.policy import CallerPolicy
+
+PREFIX = "fedtok_"
+TOKEN_RE = re.compile(r"fedtok_[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")
+_PARSE = re.compile(r"^fedtok_([0-9a-f]{12})_[A-Za-z0-9_-]{20,}$")
+_TOUCH_EVERY_S = 60.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    revoked_at TEXT,
+    last_used_at TEXT
+);
+CREATE TABLE IF NOT EXISTS callers (
+    name TEXT PRIMARY KEY,
+    policy TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+"""
+
+
+class TokenInfo(Frozen):
+    """A token as listed: never the secret."""
+
+    id: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class IssuedToken(Frozen):
+    """A newly issued token: ``token`` is shown this once and stored only as a hash."""
+
+    id: str
+    name: str
+    token: str = Field(repr=False)
+    created_at: datetime
+
+
+def default_token_db(home: Path | None = None) -> Path:
+    from federation.deploy.local import federation_home
+
+    return (home or federation_home()) / "service" / "tokens.db"
+
+
+RESERVED_CALLERS = frozenset({"local", "mcp"})
+"""Callers that are not token holders: ``local`` (in-process, an operator of its own
+coordinator) and ``mcp`` (the MCP server's stdio user). A token in either name would act
+as them, so none is issued."""
+
+
+def _check_name(name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", name):
+        raise ValueError(
+            f"token name {name!r}: use 1-64 letters, digits or . _ - @ (who it is for)"
+        )
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class TokenStore:
+    """Issue, list, revoke and verify bearer tokens (thread-safe; one SQLite file)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_token_db()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._touched: dict[str, float] = {}
+        self._lock = threading.Lock()
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+        self.path.chmod(0o600)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def issue(self, name: str, policy: CallerPolicy | None = None) -> IssuedToken:
+        """A new token for caller ``name`` (1-64 chars: letters, digits, ``._-@``).
+
+        ``policy``: set (replace) the caller's policy too; it covers all its tokens.
+        """
+        _check_name(name)
+        if name in RESERVED_CALLERS:
+            raise ValueError(
+                f"token name {name!r} is reserved ({', '.join(sorted(RESERVED_CALLERS))} act "
+                "in-process and over MCP's stdio): name the token for the person or agent"
+            )
+        if policy is not None:
+            self.set_policy(name, policy)
+        tid = secrets.token_hex(6)
+        token = f"{PREFIX}{tid}_{secrets.token_urlsafe(32)}"
+        created = _now()
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO tokens (id, name, sha256, created_at) VALUES (?, ?, ?, ?)",
+                (tid, name, _hash(token), created),
+            )
+        return IssuedToken(
+            id=tid, name=name, token=token, created_at=datetime.fromisoformat(created)
+        )
+
+    def set_policy(self, name: str, policy: CallerPolicy | None) -> None:
+        """Set (``None``: remove) the policy of caller ``name``."""
+        _check_name(name)
+        with self._db() as db:
+            if policy is None:
+                db.execute("DELETE FROM callers WHERE name = ?", (name,))
+            else:
+                db.execute(
+                    "INSERT INTO callers (name, policy, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET policy = excluded.policy, "
+                    "updated_at = excluded.updated_at",
+                    (name, policy.model_dump_json(), _now()),
+                )
+
+    def policy_for(self, caller: str) -> CallerPolicy | None:
+        """The policy kept for ``caller``, if any (the gate's token-side policy source)."""
+        with self._db() as db:
+            row = db.execute("SELECT policy FROM callers WHERE name = ?", (caller,)).fetchone()
+        return CallerPolicy.model_validate_json(row[0]) if row else None
+
+    def caller_policies(self) -> dict[str, CallerPolicy]:
+        with self._db() as db:
+            rows = db.execute("SELECT name, policy FROM callers ORDER BY name").fetchall()
+        return {r[0]: CallerPolicy.model_validate_json(r[1]) for r in rows}
+
+    def revoke(self, token_id: str) -> bool:
+        """Revoke by id; False if no active token has that id."""
+        with self._db() as db:
+            cur = db.execute(
+                "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (_now(), token_id),
+            )
+            return cur.rowcount > 0
+
+    def list_tokens(self) -> list[TokenInfo]:
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT id, name, created_at, revoked_at, last_used_at FROM tokens "
+                "ORDER BY created_at"
+            ).fetchall()
+        return [
+            TokenInfo(
+                id=r[0],
+                name=r[1],
+                created_at=datetime.fromisoformat(r[2]),
+                revoked_at=datetime.fromisoformat(r[3]) if r[3] else None,
+                last_used_at=datetime.fromisoformat(r[4]) if r[4] else None,
+            )
+            for r in rows
+        ]
+
+    def verify(self, token: str) -> TokenInfo | None:
+        """The active token's info, or None (unknown, malformed or revoked)."""
+        m = _PARSE.match(token)
+        if m is None:
+            return None
+        tid = m.group(1)
+        with self._db() as db:
+            row = db.execute(
+                "SELECT id, name, sha256, created_at, revoked_at FROM tokens WHERE id = ?",
+                (tid,),
+            ).fetchone()
+        if row is None or row[4] is not None:
+            return None
+        if not hmac.compare_digest(row[2], _hash(token)):
+            return None
+        self._touch(tid)
+        return TokenInfo(id=row[0], name=row[1], created_at=datetime.fromisoformat(row[3]))
+
+    def _touch(self, tid: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._touched.get(tid, -_TOUCH_EVERY_S) < _TOUCH_EVERY_S:
+                return
+            self._touched[tid] = now
+        try:
+            with self._db() as db:
+                db.execute("UPDATE tokens SET last_used_at = ? WHERE id = ?", (_now(), tid))
+        except sqlite3.Error:  # bookkeeping only: never fail a request over it
+            pass
+
+
+SECRET_ENV_VARS = ("GLOBUS_COMPUTE_CLIENT_SECRET", "FUNCX_SDK_CLIENT_SECRET", "FEDERATION_TOKEN")
+"""Environment variables whose values are credentials: redacted wherever they appear."""
+_CLIENT_SECRET_RE = re.compile(r"(?i)(client_secret[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;]+")
+
+
+class RedactTokens(logging.Filter):
+    """Replace anything that looks like a credential in a log record with ``<redacted>``.
+
+    Covers service tokens (``fedtok_...``), ``Bearer`` values, ``client_secret=...`` and
+    the values of :data:`SECRET_ENV_VARS` (Globus client secrets) as set when the filter
+    was made.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._secrets = [v for k in SECRET_ENV_VARS if len(v := os.environ.get(k, "")) >= 8]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:
+            return True
+        changed = False
+        if PREFIX in msg or "Bearer " in msg or "authorization" in msg.lower():
+            msg = TOKEN_RE.sub(f"{PREFIX}<redacted>", msg)
+            msg = re.sub(r"(?i)(bearer\s+)\S+", r"\1<redacted>", msg)
+            changed = True
+        if "secret" in msg.lower():
+            msg = _CLIENT_SECRET_RE.sub(r"\1<redacted>", msg)
+            changed = True
+        for secret in self._secrets:
+            if secret in msg:
+                msg = msg.replace(secret, "<redacted>")
+                changed = True
+        if changed:
+            record.msg, record.args = msg, None
+        return True
+
+
+def install_redaction(*loggers: logging.Logger) -> RedactTokens:
+    """Attach :class:`RedactTokens` to the handlers of the given loggers (default: root)."""
+    flt = RedactTokens()
+    for lg in loggers or (logging.getLogger(),):
+        for h in lg.handlers:
+            if not any(isinstance(f, RedactTokens) for f in h.filters):
+                h.addFilter(flt)
+    return flt

@@ -1,0 +1,292 @@
+"""A site served by a real Globus Compute endpoint, through the Globus Compute cloud.
+
+:class:`CloudSite` is :class:`~federation.sites.compute.ComputeSite` (one ``Executor`` per
+(endpoint, user_endpoint_config), task-group re-attach) plus the checks the cloud needs
+before anything is sent:
+
+* the endpoint is online (``Client.get_endpoint_status``), else
+  :class:`~federation.core.errors.SiteUnavailableError`;
+* the endpoint's Python (``Client.get_endpoint_metadata``) has the coordinator's
+  major.minor, else :class:`~federation.core.errors.VersionMismatchError` for Python tasks
+  (``python_mismatch: warn`` turns it into a logged warning);
+* a task's serialized function plus arguments fit the service's 10 MB payload limit, else
+  :class:`~federation.core.errors.PayloadTooLargeError` before any request is made;
+* Globus Auth failures come out as :mod:`federation.security.globus_auth`'s clear errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from typing import Any, Literal
+
+from globus_compute_sdk import Client, ShellFunction
+
+from federation.core.envelope import Shape
+from federation.core.errors import (
+    PayloadTooLargeError,
+    SerializationError,
+    SiteUnavailableError,
+    VersionMismatchError,
+)
+from federation.core.model import Frozen
+from federation.core.spec import SiteSpec
+from federation.core.tasks import PythonTask, ShellTask, TaskSpec
+from federation.security.globus_auth import AuthSettings, auth_errors
+from federation.sites import jobtags
+from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
+from federation.sites.jobwatch import StartListener, TaggedJobs
+
+logger = logging.getLogger(__name__)
+
+PAYLOAD_LIMIT_BYTES = 10 * 1000 * 1000
+"""The Globus Compute web service rejects larger task payloads (TASK_PAYLOAD_TOO_LARGE)."""
+
+PythonMismatch = Literal["error", "warn"]
+
+
+class EndpointInfo(Frozen):
+    """What the cloud says about one endpoint (status and metadata)."""
+
+    endpoint_id: uuid.UUID
+    status: str
+    python_version: str | None = None
+    endpoint_version: str | None = None
+    hostname: str | None = None
+    checked_at: float
+
+
+def payload_size_bytes(client: Client, task: TaskSpec) -> int:
+    """Bytes the SDK would send for ``task``: serialized function plus arguments."""
+    ser = client.fx_serializer
+    try:
+        if isinstance(task, ShellTask):
+            fn: Any = ShellFunction(task.command, snippet_lines=task.snippet_lines)
+            args: tuple[Any, ...] = ()
+            kwargs: dict[str, Any] = {}
+        elif isinstance(task, PythonTask):
+            fn, args, kwargs = task.fn, tuple(task.args), dict(task.kwargs)
+        else:  # pragma: no cover - TaskSpec is closed
+            raise TypeError(f"not a task: {task!r}")
+        code = ser.serialize(fn)
+        payload = ser.pack_buffers([ser.serialize(args), ser.serialize(kwargs)])
+    except SerializationError:
+        raise
+    except Exception as e:
+        raise SerializationError(f"task {task.label!r} cannot be serialized: {e}") from e
+    return len(code.encode()) + len(payload.encode())
+
+
+def check_payload(client: Client, task: TaskSpec, site: str) -> int:
+    """Raise :class:`PayloadTooLargeError` if ``task`` exceeds the payload limit."""
+    size = payload_size_bytes(client, task)
+    if size > PAYLOAD_LIMIT_BYTES:
+        raise PayloadTooLargeError(
+            f"task {task.label!r} for site {site}: function + arguments serialize to "
+            f"{size / 1e6:.1f} MB; Globus Compute accepts at most "
+            f"{PAYLOAD_LIMIT_BYTES / 1e6:.0f} MB. Stage the data to the site first "
+            "(move_data, or write it to the site's storage) and pass its path instead; "
+            "results over 10 MB fail the same way, so write large results to site "
+            "storage and return the path."
+        )
+    return size
+
+
+def python_major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def python_mismatch_message(
+    site: str, client_py: str, endpoint_py: str, who: str = "the endpoint runs"
+) -> str | None:
+    """None when major.minor agree; else a message naming both versions and the fix."""
+    a, b = python_major_minor(client_py), python_major_minor(endpoint_py)
+    if a is None or b is None or a == b:
+        return None
+    return (
+        f"site {site}: the coordinator runs Python {client_py} but {who} "
+        f"Python {endpoint_py}; functions and arguments pickled on one do not load on the "
+        f"other. Run the coordinator under Python {b[0]}.{b[1]}, or have the site admin "
+        f"start the endpoint (and its worker_init environment) with Python {a[0]}.{a[1]}; "
+        "shell tasks are unaffected. Set python_mismatch: warn for this site to try anyway."
+    )
+
+
+def _metadata_python(meta: dict[str, Any]) -> str | None:
+    for block in (meta, meta.get("metadata") or {}):
+        if isinstance(block, dict) and block.get("python_version"):
+            return str(block["python_version"])
+    return None
+
+
+class CloudSite(ComputeSite):
+    """:class:`ComputeSite` for a real endpoint id, with the cloud's checks up front."""
+
+    def __init__(
+        self,
+        spec: SiteSpec,
+        endpoint_id: uuid.UUID,
+        client: Client,
+        *,
+        auth: AuthSettings | None = None,
+        executor_factory: ExecutorFactory = cloud_executor,
+        task_group_id: uuid.UUID | None = None,
+        account: str | None = None,
+        budget_core_hours: float | None = None,
+        python_mismatch: PythonMismatch = "error",
+        status_ttl_s: float = 60.0,
+        job_check_s: float | None = 60.0,
+    ) -> None:
+        super().__init__(
+            spec,
+            endpoint_id,
+            client,
+            executor_factory=executor_factory,
+            task_group_id=task_group_id,
+            account=account,
+            budget_core_hours=budget_core_hours,
+        )
+        self.auth = auth or AuthSettings()
+        self.worker_python: str | None = None
+        """The Python the site's workers run, as the last probe (run on them) reported."""
+        self.python_mismatch = python_mismatch
+        self.status_ttl_s = status_ttl_s
+        self._info: EndpointInfo | None = None
+        self._info_lock = threading.Lock()
+        self.warnings: list[str] = []
+        self.jobs: TaggedJobs | None = (
+            None if job_check_s is None else TaggedJobs(self.name, self._run_shell, job_check_s)
+        )
+        """Each task's tagged Slurm job: its start read from ``squeue`` every
+        ``job_check_s`` seconds while one waits, its withdrawal by marker and ``scancel``
+        (None: the site's config turned this off, so nothing here can be cancelled)."""
+
+    def endpoint_info(self, *, refresh: bool = False) -> EndpointInfo:
+        """Status and metadata of the endpoint, cached for ``status_ttl_s``.
+
+        Raises :class:`SiteUnavailableError` when the endpoint is offline or unknown, and
+        the auth errors of :func:`~federation.security.globus_auth.translate`.
+        """
+        with self._info_lock:
+            info = self._info
+            if (
+                not refresh
+                and info is not None
+                and time.monotonic() - info.checked_at < self.status_ttl_s
+            ):
+                return info
+            what = f"Globus Compute (endpoint {self.endpoint_id} of site {self.name})"
+            with auth_errors(self.auth, what=what):
+                try:
+                    status = self.client.get_endpoint_status(str(self.endpoint_id))
+                    meta = self.client.get_endpoint_metadata(str(self.endpoint_id))
+                except Exception as e:
+                    if getattr(e, "http_status", None) == 404:
+                        raise SiteUnavailableError(
+                            f"site {self.name}: endpoint {self.endpoint_id} is not known to "
+                            "Globus Compute. Check sites."
+                            f"{self.name}.endpoint_id in federation.yaml against "
+                            "`globus-compute-endpoint list` on the site."
+                        ) from e
+                    raise
+            state = str((status or {}).get("status", "unknown"))
+            info = EndpointInfo(
+                endpoint_id=self.endpoint_id,
+                status=state,
+                python_version=_metadata_python(meta or {}),
+                endpoint_version=(meta or {}).get("endpoint_version"),
+                hostname=(meta or {}).get("hostname"),
+                checked_at=time.monotonic(),
+            )
+            if state != "online":
+                self._info = None  # ask again next time; it may come back
+                raise SiteUnavailableError(
+                    f"site {self.name}: endpoint {self.endpoint_id} is {state}. Ask the site "
+                    "admin to start it (`globus-compute-endpoint start "
+                    f"{self.name}` on the login node; see docs/DEPLOY.md)."
+                )
+            self._info = info
+            return info
+
+    def _check_python(self, info: EndpointInfo, task: TaskSpec | None) -> None:
+        """The Python that runs tasks is the workers' (reported by the last probe, which
+        runs on them); until a probe came back, the endpoint process's (its metadata)."""
+        if self.worker_python is not None:
+            theirs, who = self.worker_python, "the site's workers run"
+        elif info.python_version is not None:
+            theirs, who = info.python_version, "the endpoint runs"
+        else:
+            return
+        msg = python_mismatch_message(self.name, platform.python_version(), theirs, who)
+        if msg is None:
+            return
+        if isinstance(task, PythonTask) and self.python_mismatch == "error":
+            raise VersionMismatchError(msg)
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+            logger.warning("%s", msg)
+
+    def probe(self) -> Future[dict[str, Any]]:
+        # The probe is written for any Python >= 3.6 and ships by source: a version
+        # mismatch is only warned about here.
+        self._check_python(self.endpoint_info(), None)
+        with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
+            fut = super().probe()
+        fut.add_done_callback(self._learn_worker_python)
+        return fut
+
+    def _ensure_online(self) -> None:
+        pass  # probe() asked endpoint_info() already (cached for status_ttl_s)
+
+    def _learn_worker_python(self, fut: Future[dict[str, Any]]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        raw = fut.result()
+        version = raw.get("python_version") if isinstance(raw, dict) else None
+        if isinstance(version, str) and version:
+            self.worker_python = version
+
+    def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
+        check_payload(self.client, task, self.name)
+        self._check_python(self.endpoint_info(), task)
+        tag = jobtags.new_tag() if self.jobs is not None else None
+        with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
+            fut = self.submit_tagged(task, shape, tag)
+        if self.jobs is not None and tag is not None:
+            self.jobs.track(tag, fut)
+        return fut
+
+    def _run_shell(self, command: str) -> Future[Any]:
+        """Run ``command`` on the site's login node (the endpoint's probe profile)."""
+        with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
+            fut: Future[Any] = self.executor({"profile": "probe"}).submit(
+                ShellFunction(command, name="federation_jobs")
+            )
+        return fut
+
+    def on_started(self, listener: StartListener) -> None:
+        """Call ``listener(task_id, slurm_job_id)`` when a task's job is seen started."""
+        if self.jobs is not None:
+            self.jobs.on_started(listener)
+
+    def cancel(self, task_id: str) -> bool:
+        """Withdraw a task not seen started: its marker, then ``scancel`` of its pending job
+        (the service itself has no task cancel)."""
+        return self.jobs is not None and self.jobs.withdraw(task_id)
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.jobs is not None
+
+    def close(self) -> None:
+        if self.jobs is not None:
+            self.jobs.close()  # first: its thread must not make a new executor after this
+        super().close()
