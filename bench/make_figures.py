@@ -10,7 +10,8 @@ seconds while a handful of tasks run through
 then writes:
 
 - ``capacity.png``: idle vs total GPUs and CPUs and pending jobs per site over the run;
-- ``timeline.png``: each task queued -> running -> completed/failed, colored by site;
+- ``timeline.png``: each task queued -> running -> completed/failed, colored by site (each
+  site has one colour in every figure: ``federation.interfaces.plots.site_colour``);
 - ``predicted_vs_actual.png``: predicted wait vs actual queue wait per task.
 
 Takes about a minute. Background jobs are named ``fed-figures`` and cancelled at the end.
@@ -22,8 +23,10 @@ import argparse
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -137,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         futs: list[TaskFuture] = []
         with FederatedExecutor(coord, snapshot_max_age_s=0) as ex:
 
-            def submit(how: str, fut: TaskFuture) -> None:
+            def submit(how: str, fut: Future[Any]) -> None:
+                assert isinstance(fut, TaskFuture)  # an in-process executor's
                 fut.add_event_callback(show)
                 wait = fut.placement.predicted_wait_s
                 print(f"{fut.label} ({how}): {fut.placement}, predicted wait {wait:.0f} s")

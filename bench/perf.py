@@ -10,7 +10,7 @@
    engine and Slurm job. Rounds alternate the order (ABBA); reported: the ratio of median
    end-to-end times (first submit to last result) and of the caller's submit-loop times.
    Needs the local federation (it is brought up if it is not).
-2. Placement decision latency, ``federation.placement.candidates.place`` over synthetic sites (three
+2. Placement decision latency, ``federation.placement.decide.place`` over synthetic sites (three
    partitions each, the snapshot built by the real parser from
    :mod:`federation.parsing.synthetic`), for a CPU and a GPU envelope: median and P95.
 3. Snapshot parsing of a 50,000-job queue (``bench/bench_parsing.py``).
@@ -43,7 +43,7 @@ from federation.core.snapshot import FederationSnapshot  # noqa: E402
 from federation.core.spec import PartitionSpec, SiteSpec  # noqa: E402
 from federation.parsing.snapshot_builder import build_site_snapshot  # noqa: E402
 from federation.parsing.synthetic import BASE, synthetic_probe  # noqa: E402
-from federation.placement.candidates import place  # noqa: E402
+from federation.placement.decide import place  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 

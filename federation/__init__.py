@@ -14,14 +14,15 @@ from federation.core.errors import (
 )
 from federation.core.snapshot import FederationSnapshot, SiteSnapshot
 from federation.core.tasks import PythonTask, ShellTask
-from federation.placement.candidates import PlacementDecision, place
+from federation.placement.candidates import PlacementDecision
+from federation.placement.decide import place
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.events import Event, EventBus
 from federation.runtime.handles import TaskHandle, TaskResult
 from federation.runtime.hooks import CommandHook, WebhookHook
 from federation.runtime.milestones import Milestones
+from federation.runtime.transfers import TransferHandle
 from federation.security.policy import PolicyViolationError
-from federation.transfer import TransferHandle
 
 __all__ = [
     "BadEnvelopeError",

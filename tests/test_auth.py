@@ -17,7 +17,7 @@ from globus_sdk.testing import construct_error, get_last_request
 from globus_sdk.token_storage import JSONTokenStorage, TokenStorageData
 
 from federation.core.errors import ConsentRequiredError, LoginRequiredError
-from federation.security.globus_auth import AuthSettings, build_app, login, token_status, translate
+from federation.sites.globus_auth import AuthSettings, build_app, login, token_status, translate
 
 COMPUTE_RS = "funcx_service"
 COMPUTE_SCOPE = str(globus_sdk.scopes.ComputeScopes.all)

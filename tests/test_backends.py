@@ -38,8 +38,8 @@ from federation.deploy.local import LocalSites
 from federation.endpoint.manager import local_endpoint_id
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.events import Event
-from federation.security.globus_auth import AuthSettings
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES, CloudSite
+from federation.sites.globus_auth import AuthSettings
 from federation.standin.compute_service import LocalComputeService
 from functions.workloads import fail_with, report_allocation, square
 

@@ -33,7 +33,7 @@ def test_placement_latencies_are_positive_and_counted(n_sites: int) -> None:
 
 
 def test_placement_over_synthetic_sites_considers_every_site() -> None:
-    from federation.placement.candidates import place
+    from federation.placement.decide import place
 
     specs, snap, now = perf.synthetic_federation(7, 100)
     d = place(perf.GPU_ENVELOPE, specs, snap, now=now)

@@ -36,9 +36,9 @@ from federation.core.errors import (
 )
 from federation.core.spec import load_site
 from federation.core.tasks import PythonTask, ShellTask
-from federation.security.globus_auth import AuthSettings, build_app
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES, CloudSite, payload_size_bytes
 from federation.sites.endpoint_config import shape_to_user_config
+from federation.sites.globus_auth import AuthSettings, build_app
 from federation.standin.compute_service import InProcessResultWatcher
 from functions.workloads import square
 

@@ -10,9 +10,9 @@ from globus_compute_sdk import Client
 
 from federation.core.errors import ConfigError
 from federation.deploy.config import Deployment, FederationConfig, find_config, load_config
-from federation.security.globus_auth import AuthSettings
 from federation.sites.cloud import CloudSite
 from federation.sites.compute import ComputeSite
+from federation.sites.globus_auth import AuthSettings
 
 REPO = Path(__file__).resolve().parents[1]
 EID = "11111111-1111-1111-1111-111111111111"

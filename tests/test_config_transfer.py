@@ -21,12 +21,12 @@ from globus_sdk.transport import RetryConfig
 from federation.core.errors import ConfigError, TransferError
 from federation.deploy.config import Deployment, load_config
 from federation.runtime.events import EventBus
-from federation.security.globus_auth import AuthSettings
+from federation.runtime.transfers import TransferManager
+from federation.sites.globus_auth import AuthSettings
 from federation.transfer import (
     DataRef,
     GlobusTransferBackend,
     LocalCopyBackend,
-    TransferManager,
     TransferRequest,
 )
 

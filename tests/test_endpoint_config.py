@@ -30,7 +30,6 @@ from federation.sites.endpoint_config import (
     TEMPLATE_FILE,
     generate_site_files,
     load_user_config,
-    main,
     offline_mapped_identity,
     render_user_config,
     shape_to_user_config,
@@ -94,18 +93,26 @@ def test_committed_files_equal_generated(site: str) -> None:
     for name, content in fresh.items():
         committed = (spec.config_dir / name).read_text()
         assert committed == content, (
-            f"{spec.config_dir / name} is stale: run python -m federation.sites.endpoint_config"
+            f"{spec.config_dir / name} is stale: run federation sites generate-configs"
         )
     assert stale_files(spec) == []
 
 
-def test_main_regenerates_and_checks(tmp_path: Path) -> None:
+def test_generate_configs_regenerates_and_checks(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from federation.interfaces.cli.sites import sites_app
+
+    def generate(*args: str) -> int:
+        res = CliRunner().invoke(sites_app, ["generate-configs", *args, "--root", str(tmp_path)])
+        return res.exit_code
+
     for site in SITE_NAMES:
         (tmp_path / site).mkdir()
         shutil.copy(load_site(site).config_dir / "site.yaml", tmp_path / site / "site.yaml")
-    assert main(["--check", "--root", str(tmp_path)]) == 1  # nothing generated yet
-    assert main(["--root", str(tmp_path)]) == 0
-    assert main(["--check", "--root", str(tmp_path)]) == 0
+    assert generate("--check") == 1  # nothing generated yet
+    assert generate() == 0
+    assert generate("--check") == 0
     for site in SITE_NAMES:
         for name in GENERATED_FILES:
             expected = (load_site(site).config_dir / name).read_text()

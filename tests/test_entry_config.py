@@ -23,7 +23,8 @@ from federation.core.envelope import ResourceEnvelope
 from federation.deploy.connect import configured, connect
 from federation.interfaces.cli.main import app as cli_app
 from federation.interfaces.jupyter.executor import FederatedExecutor
-from federation.interfaces.mcp_server import build_server, embedded_ops
+from federation.interfaces.mcp_run import embedded_ops
+from federation.interfaces.mcp_server import build_server
 from federation.interfaces.service.ops import Operations
 from functions.workloads import square
 

@@ -157,7 +157,7 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
         assert delta is not None
         part = delta.partition("gpuA100x4")
         assert part is not None and part.jobs_pending >= 1
-        from federation.placement.candidates import place
+        from federation.placement.decide import place
 
         d = place(env, [b.spec for b in coord.backends.values()], snap)
         assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")

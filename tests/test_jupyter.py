@@ -85,8 +85,13 @@ def test_envelope_is_drafted_from_docstring_or_hints(ex: FederatedExecutor) -> N
     fut = ex.submit(square, 3, hints={"workload_class": "inference", "gpus": 1})
     assert fut.result(10) == 9
     assert fut.placement.shape.gpus == 1
+    refused = ex.submit(square, 1, envelope=ResourceEnvelope(gpus_min=8, walltime_s=300))
+    assert isinstance(refused.exception(timeout=10), NoFeasibleSiteError)  # nothing ran
     with pytest.raises(NoFeasibleSiteError):
-        ex.submit(square, 1, envelope=ResourceEnvelope(gpus_min=8, walltime_s=300))
+        refused.result()
+    with pytest.raises(NoFeasibleSiteError):
+        _ = refused.placement
+    assert refused.events == [] and refused.state == "failed"
 
 
 def test_sites_restrict_placement() -> None:
@@ -149,6 +154,36 @@ def test_dataframes_read_well(ex: FederatedExecutor) -> None:
     assert list(tasks["task"]) == ["square"] and tasks["queue wait (s)"].notna().all()
     assert {"predicted wait (s)", "runtime (s)", "Slurm job"} <= set(tasks.columns)
     assert not ex.telemetry().empty
+
+
+def test_submit_returns_before_placement_and_cancel_while_placing() -> None:
+    coord = inprocess_coordinator()
+    probing, release = threading.Event(), threading.Event()
+    real_snapshot = coord.snapshot
+
+    def slow_snapshot(max_age_s: float | None = None) -> Any:
+        probing.set()
+        assert release.wait(10)
+        return real_snapshot(max_age_s=0)
+
+    coord.snapshot = slow_snapshot  # type: ignore[method-assign]
+    ex = FederatedExecutor(coord)
+    try:
+        fut = ex.submit(square, 6)  # returns while the placement thread is still probing
+        assert isinstance(fut, TaskFuture) and probing.wait(10)
+        assert not fut.placed and not fut.done() and "placing" in repr(fut)
+        later = ex.submit(square, 7)  # queued behind the first; cancelled before it is placed
+        assert isinstance(later, TaskFuture)
+        assert later.cancel() and later.cancelled() and later.state == "cancelled"
+        release.set()
+        assert fut.placement.site in coord.backends  # waits for the placement
+        assert fut.placed and fut.result(timeout=10) == 36
+        assert later.wait_placed(10) and later.events == []
+        assert len(coord.handles()) == 1  # the cancelled one was never submitted
+    finally:
+        release.set()
+        ex.shutdown(wait=True)
+        coord.close()
 
 
 @pytest.mark.slurm

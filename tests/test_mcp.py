@@ -1,8 +1,13 @@
-"""A real MCP client drives the agent loop against ``python -m federation.interfaces.mcp_server``.
+"""A real MCP client drives the agent loop against ``python -m federation.interfaces.mcp_cli``.
 
-Over stdio and over streamable HTTP, on the local Slurm federation: list the tools (with
-their schemas), inspect, draft, submit, await events on the cursor until the task is done,
-get the result. Malformed arguments give an MCP tool error and submit nothing.
+Over stdio and over streamable HTTP, on the local Slurm federation (tests marked ``slurm``):
+list the tools (with their schemas), inspect, draft, submit, await events on the cursor
+until the task is done, get the result. Malformed arguments give an MCP tool error and
+submit nothing.
+
+Without Slurm (the in-process federation, an in-memory MCP client session, as an agent
+would see the server): tool titles and annotations, the resources, progress notifications
+during a wait, the first inspect_federation answering at once, the typer command.
 """
 
 from __future__ import annotations
@@ -29,8 +34,6 @@ from federation.interfaces.service.server import free_port, running
 from federation.security.audit import AuditLog
 from federation.security.policy import CallerPolicy
 from federation.security.tokens import TokenStore
-
-pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {
@@ -86,8 +89,14 @@ async def _agent_loop(s: ClientSession, transport: str, task: dict[str, Any]) ->
     assert "cursor" in (by_name["await_event"].description or "")
     assert by_name["await_event"].input_schema["properties"]["timeout_s"]["maximum"] == 50
 
-    await _call(s, "inspect_federation", {}, transport + "-first")  # waits for the first probe
-    snap = await _call(s, "inspect_federation", {}, transport)
+    first = await _call(s, "inspect_federation", {}, transport + "-first")  # does not wait
+    assert first["status"] in ("ready", "probing"), first
+    snap = first
+    deadline = time.monotonic() + 120
+    while snap["status"] != "ready" and time.monotonic() < deadline:
+        await anyio.sleep(0.5)
+        snap = await _call(s, "inspect_federation", {}, transport)
+    assert snap["status"] == "ready" and snap["age_s"] is not None, snap
     assert {x["site"] for x in snap["sites"]} >= {"local"}
     assert all(x["reachable"] for x in snap["sites"]), snap
     funcs = await _call(s, "list_functions", {}, transport)
@@ -158,10 +167,11 @@ def _assert_tools_called(transport: str) -> None:
     assert called >= {"inspect_federation", "draft_envelope", "submit_task", "get_result"}
 
 
+@pytest.mark.slurm
 def test_stdio_agent_loop(home: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "federation.interfaces.mcp_server", "--no-up"],
+        args=["-m", "federation.interfaces.mcp_cli", "--no-up"],
         env=_server_env(home),
         cwd=str(ROOT),
     )
@@ -189,7 +199,7 @@ def http_mcp(
         [
             sys.executable,
             "-m",
-            "federation.interfaces.mcp_server",
+            "federation.interfaces.mcp_cli",
             "--transport",
             "http",
             "--port",
@@ -224,6 +234,7 @@ def http_mcp(
         log.close()
 
 
+@pytest.mark.slurm
 def test_streamable_http_agent_loop(home: Path, http_mcp: tuple[str, str, str]) -> None:
     url, token, _ = http_mcp
     started = datetime.now(UTC)  # the home's audit log outlives test runs
@@ -247,6 +258,7 @@ def test_streamable_http_agent_loop(home: Path, http_mcp: tuple[str, str, str]) 
     assert [(r.site, r.what) for r in shipped] == [("local", "echo agent on $SLURM_CLUSTER_NAME")]
 
 
+@pytest.mark.slurm
 def test_streamable_http_applies_the_token_callers_policy(
     home: Path, http_mcp: tuple[str, str, str]
 ) -> None:
@@ -278,6 +290,7 @@ def test_streamable_http_applies_the_token_callers_policy(
     assert [r.decision for r in denied] == ["denied"], denied
 
 
+@pytest.mark.slurm
 def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:
     """``--service URL --token``: the MCP tools backed by a running HTTP service."""
     local = LocalSites(home=home)
@@ -289,7 +302,7 @@ def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:
         with running(app) as base:
             params = StdioServerParameters(
                 command=sys.executable,
-                args=["-m", "federation.interfaces.mcp_server", "--service", base],
+                args=["-m", "federation.interfaces.mcp_cli", "--service", base],
                 env={**_server_env(home), "FEDERATION_TOKEN": token},
                 cwd=str(ROOT),
             )
@@ -309,6 +322,7 @@ def test_mcp_over_the_http_service(home: Path, tmp_path: Path) -> None:
     _assert_tools_called("service")
 
 
+@pytest.mark.slurm
 def test_zz_report_latencies() -> None:
     """Prints what each tool took (run with -s to see it)."""
     for key in sorted(LATENCIES):
@@ -319,6 +333,7 @@ def test_zz_report_latencies() -> None:
         )
 
 
+@pytest.mark.slurm
 def test_stdio_group_and_move_data(home: Path) -> None:
     """submit_group and move_data through a real MCP client session over stdio."""
     from federation.core.storage import site_storage
@@ -328,7 +343,7 @@ def test_stdio_group_and_move_data(home: Path) -> None:
     src.write_text("staged by an agent\n" * 100)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "federation.interfaces.mcp_server", "--no-up"],
+        args=["-m", "federation.interfaces.mcp_cli", "--no-up"],
         env=_server_env(home),
         cwd=str(ROOT),
     )
@@ -388,3 +403,333 @@ def test_stdio_group_and_move_data(home: Path) -> None:
     assert view["done"] and {c["state"] for c in view["children"]} == {"completed"}
     assert tv["state"] == "succeeded"
     assert (site_storage("delta", home) / "mcp-test" / "input.txt").read_text() == src.read_text()
+
+
+# --- without Slurm: the in-process federation, an in-memory MCP client session ---------------
+
+ENV = {"walltime_s": 300}
+
+
+@pytest.fixture(scope="module")
+def inproc_ops() -> Iterator[Any]:
+    from inprocess import inprocess_coordinator
+
+    from federation.interfaces.service.ops import LocalOps
+
+    coord = inprocess_coordinator(("local", "delta"))
+    ops = LocalOps(coord, refresh_s=3600)
+    yield ops
+    ops.close()
+    coord.close()
+
+
+def _server(ops: Any, **kw: Any) -> Any:
+    from federation.interfaces.mcp_server import build_server
+
+    async def get_ops() -> Any:
+        return ops
+
+    return build_server(get_ops, **kw)
+
+
+def test_every_tool_has_a_title_and_honest_annotations(inproc_ops: Any) -> None:
+    from mcp import Client
+
+    async def main() -> dict[str, Any]:
+        async with Client(_server(inproc_ops)) as c:
+            return {t.name: t for t in (await c.list_tools()).tools}
+
+    tools = anyio.run(main)
+    assert set(tools) >= TOOLS | {"submit_group", "get_group", "move_data", "get_transfer"}
+    for t in tools.values():
+        a = t.annotations
+        assert t.title and a is not None and a.title == t.title, t.name
+        assert a.read_only_hint is not None and a.open_world_hint is not None, t.name
+        assert a.idempotent_hint is not None, t.name
+        if not a.read_only_hint:
+            assert a.destructive_hint is not None, t.name
+    read_only = {n for n, t in tools.items() if t.annotations and t.annotations.read_only_hint}
+    assert read_only == {
+        "inspect_federation",
+        "list_functions",
+        "draft_envelope",
+        "get_result",
+        "get_group",
+        "get_transfer",
+        "await_event",
+    }
+    for name in ("submit_task", "submit_group", "move_data"):
+        assert tools[name].annotations.idempotent_hint is False, name  # type: ignore[union-attr]
+    assert tools["submit_task"].annotations.destructive_hint is False  # type: ignore[union-attr]
+    assert tools["cancel"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    assert tools["cancel"].annotations.idempotent_hint is True  # type: ignore[union-attr]
+    assert tools["move_data"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    assert tools["submit_task"].annotations.open_world_hint is True  # type: ignore[union-attr]
+    assert tools["list_functions"].annotations.open_world_hint is False  # type: ignore[union-attr]
+
+
+def test_resources_snapshot_and_task_manifests(inproc_ops: Any) -> None:
+    import json
+
+    from mcp import Client
+
+    async def main() -> tuple[Any, ...]:
+        async with Client(_server(inproc_ops)) as c:
+            listed = {str(r.uri): r for r in (await c.list_resources()).resources}
+            templates = {
+                t.uri_template: t for t in (await c.list_resource_templates()).resource_templates
+            }
+            snap = await c.read_resource("federation://snapshot")
+            sub = await c.call_tool(
+                "submit_task", {"function": "square", "args": [6], "envelope": ENV}
+            )
+            assert not sub.is_error, sub.content
+            tid, cursor = sub.structured_content["task_id"], sub.structured_content["cursor"]
+            for _ in range(20):
+                page = await c.call_tool(
+                    "await_event", {"after": cursor, "task_ids": [tid], "timeout_s": 5}
+                )
+                cursor = page.structured_content["cursor"]
+                kinds = [e["kind"] for e in page.structured_content["events"]]
+                if "task.completed" in kinds or "task.failed" in kinds:
+                    break
+            task = await c.read_resource(f"federation://tasks/{tid}")
+            try:
+                await c.read_resource("federation://tasks/no-such-task")
+                unknown: str | None = None
+            except Exception as e:
+                unknown = str(e)
+            return listed, templates, snap, tid, task, unknown
+
+    listed, templates, snap, tid, task, unknown = anyio.run(main)
+    assert "federation://snapshot" in listed
+    assert listed["federation://snapshot"].mime_type == "application/json"
+    assert "federation://tasks/{task_id}" in templates
+    doc = json.loads(snap.contents[0].text)
+    assert {s["site"] for s in doc["sites"]} == {"local", "delta"} and doc["taken_at"]
+    manifest = json.loads(task.contents[0].text)
+    assert manifest["task_id"] == tid and manifest["state"] == "completed"
+    assert manifest["result"]["value"] == 36
+    assert unknown is not None and "unknown_task" in unknown
+
+
+def test_await_event_reports_progress_while_it_waits(
+    inproc_ops: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp import Client
+
+    from federation.interfaces import mcp_server
+
+    monkeypatch.setattr(mcp_server, "PROGRESS_EVERY_S", 0.2)
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(_server(inproc_ops)) as c:
+            last = (await c.call_tool("await_event", {"timeout_s": 0})).structured_content
+            cursor = last["last_seq"]
+            args = {"after": cursor, "kinds": ["task.failed"], "timeout_s": 1.5}
+            waited = await c.call_tool("await_event", args, progress_callback=on_progress)
+            n = len(progress)
+            quiet = await c.call_tool("await_event", args)  # no progressToken: no progress
+            assert len(progress) == n
+            return waited, quiet
+
+    waited, quiet = anyio.run(main)
+    assert not waited.is_error and waited.structured_content["timed_out"], waited.content
+    assert not quiet.is_error and quiet.structured_content["timed_out"]
+    assert len(progress) >= 2, progress
+    values = [p[0] for p in progress]
+    assert values == sorted(values) and all(0 < v <= 1.5 for v in values)
+    assert all(p[1] == 1.5 for p in progress)
+    assert all(p[2] and "waiting for events" in p[2] for p in progress)
+
+
+class _SlowOps:
+    """Operations whose probe blocks until ``gate`` is set (a federation slow to answer)."""
+
+    def __init__(self, snap: Any) -> None:
+        import threading
+
+        self.gate = threading.Event()
+        self.snap = snap
+        self.probes = 0
+
+    def inspect(self, refresh: bool = False) -> Any:
+        self.probes += 1
+        if not self.gate.wait(30):
+            raise TimeoutError("gate never opened")
+        return self.snap
+
+    def close(self) -> None:
+        self.gate.set()
+
+
+def test_first_inspect_answers_at_once_while_the_probe_runs() -> None:
+    from inprocess import idle_snapshot
+    from mcp import Client
+
+    from federation.core.spec import load_sites
+
+    slow = _SlowOps(idle_snapshot([s for s in load_sites() if s.name in ("local", "delta")]))
+
+    async def main() -> tuple[dict[str, Any], float, dict[str, Any]]:
+        async with Client(_server(slow)) as c:
+            t0 = time.monotonic()
+            first = await c.call_tool("inspect_federation", {})
+            took = time.monotonic() - t0
+            slow.gate.set()  # the probe comes back
+            later: dict[str, Any] = {}
+            for _ in range(100):
+                later = (await c.call_tool("inspect_federation", {})).structured_content
+                if later["status"] == "ready":
+                    break
+                await anyio.sleep(0.05)
+            return first.structured_content, took, later
+
+    try:
+        first, took, later = anyio.run(main)
+    finally:
+        slow.close()
+    assert first["status"] == "probing" and first["sites"] == [] and first["refreshing"]
+    assert "in progress" in first["message"]
+    assert took < 10  # generous: the probe itself was blocked for as long as it took
+    assert later["status"] == "ready" and later["age_s"] is not None and later["age_s"] >= 0
+    assert {s["site"] for s in later["sites"]} == {"local", "delta"}
+    assert slow.probes == 1  # asking again while the probe ran did not start another
+
+
+def test_stale_snapshot_is_answered_at_once_and_refreshed_in_the_background() -> None:
+    import threading
+    from datetime import UTC, datetime, timedelta
+
+    from inprocess import idle_snapshot
+
+    from federation.core.spec import load_sites
+    from federation.interfaces.snapshot_cache import SnapshotKeeper
+
+    specs = [s for s in load_sites() if s.name == "local"]
+    old = idle_snapshot(specs, taken_at=datetime.now(UTC) - timedelta(seconds=120))
+    fresh = idle_snapshot(specs)
+    calls: list[bool] = []
+    release = threading.Event()
+
+    def probe(refresh: bool) -> Any:
+        calls.append(refresh)
+        if refresh:
+            release.wait(10)
+            return fresh
+        return old
+
+    keeper = SnapshotKeeper(probe, max_age_s=15, first_wait_s=5)
+    try:
+        view = keeper.view()
+        assert view.status == "ready" and view.age_s is not None and view.age_s >= 119
+        assert view.refreshing and "fresh probe is running" in view.message
+        release.set()
+        deadline = time.monotonic() + 10
+        while keeper.refreshing and time.monotonic() < deadline:
+            time.sleep(0.02)
+        view = keeper.view()
+        assert view.status == "ready" and view.age_s is not None and view.age_s < 60
+        assert calls[:2] == [False, True]  # the operations' cache first, then a real probe
+    finally:
+        keeper.close()
+
+
+def test_failed_first_probe_says_so() -> None:
+    from federation.interfaces.snapshot_cache import SnapshotKeeper
+
+    def probe(refresh: bool) -> Any:
+        raise ConnectionError("no route to the sites")
+
+    keeper = SnapshotKeeper(probe, first_wait_s=5)
+    try:
+        view = keeper.view()
+        assert view.status == "unavailable" and "no route to the sites" in view.message
+    finally:
+        keeper.close()
+
+
+def test_mcp_command_is_typer_and_keeps_the_console_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from federation.interfaces import mcp_cli, mcp_run
+    from federation.interfaces.cli.main import app
+
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(mcp_run, "run", lambda **kw: seen.append(kw))
+    args = [
+        "--transport",
+        "http",
+        "--port",
+        "9999",
+        "--no-up",
+        "--site",
+        "local",
+        "--site",
+        "delta",
+        "--tokens",
+        "t.db",
+    ]
+    r = CliRunner().invoke(app, ["mcp", *args], env={"FEDERATION_TOKEN": "tok"})
+    assert r.exit_code == 0, r.output
+    with pytest.raises(SystemExit) as ei:
+        mcp_cli.standalone([*args, "--service", "http://127.0.0.1:1"])
+    assert ei.value.code == 0
+    first, second = seen
+    assert first["transport"] == "http" and first["port"] == 9999
+    assert first["bring_up"] is False and first["sites"] == ["local", "delta"]
+    assert first["tokens_db"] == Path("t.db") and first["token"] == "tok"
+    assert second["service"] == "http://127.0.0.1:1"
+    help_text = CliRunner().invoke(app, ["mcp", "--help"]).output
+    assert "--tokens" in help_text and "--transport" in help_text
+    r = CliRunner().invoke(app, ["mcp", "--transport", "carrier-pigeon"])
+    assert r.exit_code != 0
+
+
+def test_progress_notifications_over_streamable_http(
+    inproc_ops: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a real transport the client's progressToken rides in the request and each
+    notification comes back for it; a wait on an unknown id is still a tool error."""
+    from mcp import ClientSession
+
+    from federation.interfaces import mcp_server
+    from federation.interfaces.service.app import Guard
+
+    monkeypatch.setattr(mcp_server, "PROGRESS_EVERY_S", 0.2)
+    tokens = TokenStore(tmp_path / "tokens.db")
+    token = tokens.issue("progress-test").token
+    app = Guard(_server(inproc_ops).streamable_http_app(), tokens, max_body_bytes=1_000_000)
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async def main(url: str) -> tuple[Any, Any]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30)) as http,
+            streamable_http_client(url, http_client=http) as (r, w),
+            ClientSession(r, w) as s,
+        ):
+            await s.initialize()
+            page = await s.call_tool(
+                "await_event",
+                {"after": 10**6, "timeout_s": 1.2},
+                progress_callback=on_progress,
+            )
+            bad = await s.call_tool("await_event", {"task_ids": ["no-such-task"], "timeout_s": 1})
+            return page, bad
+
+    with running(app) as base:
+        page, bad = anyio.run(main, f"{base}/mcp")
+    assert not page.is_error and page.structured_content["timed_out"], page.content
+    assert len(progress) >= 2, progress
+    assert all(p[1] == 1.2 and p[2] and "waiting for events" in p[2] for p in progress)
+    assert bad.is_error and "unknown_task" in bad.content[0].text  # type: ignore[union-attr]

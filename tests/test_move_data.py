@@ -20,7 +20,8 @@ from test_placement import NOW, SPECS, _fed  # the hand-built snapshots placemen
 from federation.core.envelope import ResourceEnvelope, StageIn
 from federation.core.errors import BadEnvelopeError, TransferPathError, UnknownSiteError
 from federation.core.spec import site_names
-from federation.placement.candidates import TransferRates, enumerate_candidates, place
+from federation.placement.candidates import TransferRates, enumerate_candidates
+from federation.placement.decide import place
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.store import Store
 from federation.transfer import (

@@ -17,7 +17,8 @@ from federation.core.snapshot import (
     SiteSnapshot,
 )
 from federation.core.spec import SiteSpec, load_sites
-from federation.placement.candidates import place, shape_in
+from federation.placement.candidates import shape_in
+from federation.placement.decide import place
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPECS = load_sites()

@@ -23,6 +23,8 @@ from federation.interfaces.plots import (
     plot_capacity,
     plot_predicted_vs_actual,
     plot_timeline,
+    site_colors,
+    site_colour,
 )
 from federation.parsing.snapshot_builder import unreachable_snapshot
 from federation.runtime.events import Event
@@ -192,3 +194,26 @@ def test_timeline_treats_a_retry_on_another_site_as_a_replacement(
     (ax,) = fig.axes
     assert "local -> delta" in [t.get_text() for t in ax.texts]
     assert len(ax.patches) == 3
+
+
+def test_each_site_has_one_colour_in_every_figure(results: list[TaskResult]) -> None:
+    from matplotlib.colors import to_hex
+
+    known = ["delta", "deltaai", "anvil", "vista", "local"]
+    assert len({site_colour(s) for s in known}) == len(known)  # known sites never clash
+    assert site_colour("delta") == site_colour("delta") and site_colour("zeus") == site_colour(
+        "zeus"
+    )
+    assert site_colour("zeus") not in {site_colour(s) for s in known}
+    # the same colour whichever other sites a figure shows
+    assert site_colors(["local"])["local"] == site_colors(["anvil", "delta", "local"])["local"]
+    legend = plot_timeline(results).axes[0].get_legend()
+    assert legend is not None
+    bars = {
+        t.get_text(): to_hex(h.get_facecolor())  # type: ignore[union-attr]
+        for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)
+    }
+    scatter = plot_predicted_vs_actual(results).axes[0]
+    points = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in scatter.collections}  # type: ignore[arg-type]
+    for site in ("local", "delta"):
+        assert bars[site] == points[site] == site_colour(site)

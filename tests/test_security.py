@@ -30,7 +30,7 @@ from federation.security import (
     PolicyViolationError,
     load_policies,
 )
-from federation.security.policy import PolicyFileError
+from federation.security.caller import PolicyFileError
 from federation.security.tokens import TokenStore
 from functions.workloads import square
 

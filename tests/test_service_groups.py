@@ -17,13 +17,14 @@ import anyio
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from httpx_sse import ServerSentEvent, connect_sse
 from inprocess import FixedCoordinator, inprocess_coordinator
 from mcp import Client
 
 from federation.core.storage import site_storage
 from federation.interfaces.mcp_server import build_server
 from federation.interfaces.service.app import create_app
-from federation.interfaces.service.client import EventStream, ServiceClient, parse_sse
+from federation.interfaces.service.client import EventStream, ServiceClient, decode_event
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import GroupRequest, TaskRequest
 from federation.interfaces.service.ops import LocalOps, Operations
@@ -234,13 +235,74 @@ def test_refused_transfers_move_nothing(
 # --- the event stream (SSE) and the Python client ---------------------------------------------
 
 
-def test_parse_sse_reads_events_and_skips_comments() -> None:
+def test_decode_event_reads_events_and_skips_keep_alives() -> None:
     ev = Event(seq=3, kind="task.queued", task_id="t", at="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
-    lines = [": hello", "", "id: 3", "event: task.queued", f"data: {ev.model_dump_json()}", ""]
-    assert list(parse_sse(lines)) == [ev]
+    msg = ServerSentEvent(event="task.queued", data=ev.model_dump_json(), id="3")
+    assert decode_event(msg) == ev
+    assert decode_event(ServerSentEvent(id="3")) is None  # a keep-alive after an event
     err = '{"error": "too_many_waiters", "message": "busy", "hint": "retry"}'
     with pytest.raises(OpsError, match="too_many_waiters"):
-        list(parse_sse(["event: error", f"data: {err}", ""]))
+        decode_event(ServerSentEvent(event="error", data=err))
+
+
+def test_stream_wire_format(base: str, token: str) -> None:
+    """The raw stream: an opening comment whose id is the cursor, then one message per event
+    with ``id:`` its seq, ``event:`` its kind and ``data:`` the event as JSON."""
+    sc = ServiceClient(base, token)
+    try:
+        sub = sc.submit(TaskRequest(function="square", args=[4], envelope=ENV))  # type: ignore[arg-type]
+        headers = {"Authorization": f"Bearer {token}"}
+        with (
+            httpx.Client(base_url=base, headers=headers, timeout=30) as http,
+            connect_sse(
+                http,
+                "GET",
+                "/v1/events/stream",
+                params={"task_id": sub.task_id},
+                headers={"Last-Event-ID": str(sub.cursor)},
+            ) as source,
+        ):
+            assert source.response.status_code == 200
+            assert source.response.headers["content-type"].startswith("text/event-stream")
+            assert source.response.headers["cache-control"] == "no-cache"
+            messages = []
+            for msg in source.iter_sse():
+                messages.append(msg)
+                if msg.event == "task.completed":
+                    break
+        opening, *events = messages
+        assert opening.id == str(sub.cursor) and opening.data == ""
+        assert [m.event for m in events] == ["task.queued", "task.started", "task.completed"]
+        for m in events:
+            assert m.id == str(m.json()["seq"]) and int(m.id) > sub.cursor
+            assert m.json()["kind"] == m.event and m.json()["task_id"] == sub.task_id
+    finally:
+        sc.close()
+
+
+def test_stream_sends_keep_alives(base: str, token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing to say, the stream still sends ``: keep-alive`` comments."""
+    from federation.interfaces.service import app as app_module
+
+    monkeypatch.setattr(app_module, "STREAM_HEARTBEAT_S", 0.2)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    sc = ServiceClient(base, token)
+    last = sc.events_now(0, timeout_s=0).last_seq
+    sc.close()
+    lines: list[str] = []
+    with httpx.stream(
+        "GET",
+        f"{base}/v1/events/stream",
+        params={"after": last, "kinds": "task.failed"},
+        headers=headers,
+        timeout=10,
+    ) as r:
+        for line in r.iter_lines():
+            lines.append(line)
+            if line == ": keep-alive":
+                break
+    assert lines[0] == f": federation events after {last}" and lines[1] == f"id: {last}"
+    assert lines[-1] == ": keep-alive"
 
 
 def test_stream_delivers_events_live_and_resumes_from_a_cursor(base: str, token: str) -> None:

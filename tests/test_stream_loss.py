@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from inprocess import FixedCoordinator
 
-import federation.runtime.coordinator as coordinator_module
+import federation.runtime.retries as coordinator_module  # REATTACH_DELAY_S, MAX_REATTACHES
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.spec import SiteSpec, load_sites
 from federation.core.tasks import PythonTask, TaskSpec

@@ -26,11 +26,11 @@ from federation.core.errors import (
 )
 from federation.runtime.events import EventBus
 from federation.runtime.store import Store
+from federation.runtime.transfers import TransferManager
 from federation.transfer import (
     DataRef,
     GlobusCollection,
     GlobusTransferBackend,
-    TransferManager,
     TransferRequest,
 )
 

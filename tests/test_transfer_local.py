@@ -18,10 +18,10 @@ from federation.core.errors import (
 )
 from federation.runtime.events import EventBus
 from federation.runtime.store import Store
+from federation.runtime.transfers import TransferManager
 from federation.transfer import (
     DataRef,
     LocalCopyBackend,
-    TransferManager,
     TransferRequest,
     TransferStatus,
 )

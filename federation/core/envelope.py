@@ -104,3 +104,35 @@ def format_walltime(seconds: int) -> str:
     h, rem = divmod(int(seconds), 3600)
     m, s = divmod(rem, 60)
     return f"{h:02d}:{m:02d}:{s:02d}"
+
+
+_BOUNDS = (
+    ("cpus", "cpus_min", "cpus_max", ""),
+    ("gpus", "gpus_min", "gpus_max", ""),
+    ("mem_gb", "mem_gb_min", "mem_gb_max", " GB"),
+)
+
+
+def envelope_rows(env: ResourceEnvelope) -> list[tuple[str, str]]:
+    """(bound, value) pairs of an envelope, ranges joined (``cpus: 16-64``)."""
+    rows = []
+    for name, lo, hi, unit in _BOUNDS:
+        lo_v, hi_v = getattr(env, lo), getattr(env, hi)
+        same = hi_v is None or hi_v == lo_v
+        rows.append((name, f"{lo_v:g}{unit}" if same else f"{lo_v:g}-{hi_v:g}{unit}"))
+    rows.append(("nodes", str(env.nodes)))
+    rows.append(("walltime_s", f"{env.walltime_s} s ({env.walltime_s / 3600:.2g} h)"))
+    for name in ("gpu_types", "gpu_mem_gb_min", "arch", "sites", "partitions", "account"):
+        v = getattr(env, name)
+        if v:
+            rows.append(
+                (
+                    name,
+                    ", ".join(v)
+                    if isinstance(v, tuple)
+                    else f"{v:g}"
+                    if isinstance(v, float)
+                    else str(v),
+                )
+            )
+    return rows

@@ -7,12 +7,12 @@ reads them; telemetry stores them over time. Units are in field names.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import pandas as pd
 from pydantic import Field
 
 from federation.core.model import Frozen
+from federation.core.optional import require
 
 # Node states after normalization (suffixes like '*', '~', '#', '@', '-' and '+FLAG' removed;
 # flags kept separately). 'unavailable' covers down, drained, fail, inval, future, power-down.
@@ -51,6 +51,10 @@ JobStateName = Literal[
     "held",
     "unknown",
 ]
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class NodeRecord(Frozen):
@@ -224,6 +228,9 @@ class FederationSnapshot(Frozen):
 
     def partitions_frame(self) -> pd.DataFrame:
         """One row per (site, partition) with capacity, queue and health columns."""
+        require("pandas", "jupyter")  # says which extra to install
+        import pandas as pd
+
         rows = []
         for s in self.sites:
             for p in s.partitions:
@@ -256,6 +263,9 @@ class FederationSnapshot(Frozen):
 
     def nodes_frame(self) -> pd.DataFrame:
         """One row per (site, partition, node)."""
+        require("pandas", "jupyter")  # says which extra to install
+        import pandas as pd
+
         rows = []
         for s in self.sites:
             for n in s.nodes:
@@ -268,6 +278,9 @@ class FederationSnapshot(Frozen):
 
     def jobs_frame(self) -> pd.DataFrame:
         """One row per queued or running job, across sites."""
+        require("pandas", "jupyter")  # says which extra to install
+        import pandas as pd
+
         rows = []
         for s in self.sites:
             for j in s.jobs:

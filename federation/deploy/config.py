@@ -21,7 +21,7 @@ this file, not code::
 :class:`Deployment` builds the coordinator's site backends from it: ``local`` sites through
 :class:`~federation.deploy.local.LocalSites` (real Slurm, endpoint daemons, offline service),
 ``globus`` sites as :class:`~federation.sites.cloud.CloudSite` over the real
-``globus_compute_sdk.Client`` authenticated by :mod:`federation.security.globus_auth`; and the data
+``globus_compute_sdk.Client`` authenticated by :mod:`federation.sites.globus_auth`; and the data
 path: ``move_data`` goes through Globus Transfer between every site whose entry names a
 ``transfer_collection_id`` (and its ``collection_path_prefix``), and copies files only
 between the embedded ``local`` sites that name none.
@@ -29,7 +29,6 @@ between the embedded ``local`` sites that name none.
 
 from __future__ import annotations
 
-import argparse
 import os
 import uuid
 from collections.abc import Callable
@@ -43,9 +42,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from federation.core.errors import ConfigError
 from federation.core.model import Frozen
 from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
-from federation.security.globus_auth import AuthSettings, auth_errors, build_app
 from federation.sites.cloud import CloudSite, PythonMismatch
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
+from federation.sites.globus_auth import AuthSettings, auth_errors, build_app
 
 if TYPE_CHECKING:
     import globus_sdk
@@ -365,47 +364,3 @@ class Deployment:
     def close(self) -> None:
         if self.service is not None:
             self.service.close()
-
-
-def serve(
-    config_path: Path | str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    *,
-    log_level: str = "info",
-) -> None:
-    """Serve the HTTP API over the sites of ``federation.yaml`` (``federation serve --config``)."""
-    from federation.interfaces.service.server import serve as serve_http
-
-    serve_http(host, port, config=config_path or find_config(), log_level=log_level)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m federation.deploy.config check|serve [--config PATH]``."""
-    parser = argparse.ArgumentParser(prog="python -m federation.deploy.config")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    check = sub.add_parser("check", help="validate federation.yaml and print its sites")
-    check.add_argument("--config", default=None)
-    srv = sub.add_parser("serve", help="serve the HTTP API over the configured sites")
-    srv.add_argument("--config", default=None)
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8765)
-    srv.add_argument("--log-level", default="info")
-    args = parser.parse_args(argv)
-    try:
-        if args.cmd == "check":
-            cfg = load_config(args.config)
-            for name, s in cfg.sites.items():
-                eid = f" endpoint {s.endpoint_id}" if s.endpoint_id else ""
-                print(f"{name}: {s.backend}{eid} account {s.account or '(site default)'}")
-            print(f"auth: {cfg.auth.mode}, tokens in {cfg.auth.storage_description}")
-            return 0
-        serve(args.config, args.host, args.port, log_level=args.log_level)
-        return 0
-    except ConfigError as e:
-        print(f"error: {e}")
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

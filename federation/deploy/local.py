@@ -12,6 +12,7 @@ from typing import Any
 
 from globus_compute_sdk import Client, Executor
 
+from federation.core.paths import federation_home as federation_home  # re-exported
 from federation.core.spec import load_sites
 from federation.core.storage import site_storage
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
@@ -35,10 +36,6 @@ on real endpoints has, through the strict stand-in of the Globus Compute service
 checks, starts read from ``squeue`` of tagged jobs, withdrawal by marker and ``scancel``."""
 JOB_CHECK_S = 1.0
 """The local sites' ``squeue`` interval for tagged jobs (real sites: 60 s by default)."""
-
-
-def federation_home() -> Path:
-    return Path(os.environ.get("FEDERATION_HOME", Path.home() / ".federation"))
 
 
 def default_path() -> str:

@@ -13,7 +13,6 @@ endpoint's ``heartbeat_period``); the service shows the endpoint offline when th
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -29,7 +28,9 @@ import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from federation.core.errors import FederationError
 from federation.core.spec import SiteSpec, load_site
@@ -495,19 +496,34 @@ def serve(site: SiteSpec, endpoint_id: uuid.UUID, run_dir: Path) -> None:
         threading.Thread(target=_serve_connection, args=(ep, conn), daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--site", required=True)
-    p.add_argument("--run-dir", required=True, type=Path)
-    p.add_argument("--endpoint-id", required=True, type=uuid.UUID)
-    args = p.parse_args(argv)
-    args.run_dir.mkdir(parents=True, exist_ok=True)
+cli = typer.Typer(
+    help=(__doc__ or "").splitlines()[0],
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@cli.command()
+def run(
+    site: Annotated[str, typer.Option(help="the site's name (endpoint_configs/<site>/)")],
+    run_dir: Annotated[
+        Path, typer.Option(help="socket, key, SQLite results and endpoint.log go here")
+    ],
+    endpoint_id: Annotated[uuid.UUID, typer.Option(help="the endpoint id the service knows")],
+) -> None:
+    """Serve one site's endpoint on RUN_DIR/endpoint.sock until SIGTERM."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        filename=args.run_dir / "endpoint.log",
+        filename=run_dir / "endpoint.log",
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
-    serve(load_site(args.site), args.endpoint_id, args.run_dir)
+    serve(load_site(site), endpoint_id, run_dir)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m federation.endpoint.daemon --site NAME --run-dir DIR --endpoint-id UUID``."""
+    cli(args=argv, prog_name="python -m federation.endpoint.daemon")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The federation as MCP tools, for agents: inspect, draft, submit (tasks, groups), move
 data, await, get, cancel.
 
-Runs over stdio (``python -m federation.interfaces.mcp_server``) or streamable HTTP (``--transport
-http``, bearer tokens from ``federation token issue``). Backed by an embedded coordinator
-over the local sites by default, or by a running HTTP service (``--service URL --token T``).
+Runs over stdio (``federation mcp``, or the ``federation-mcp`` script) or streamable HTTP
+(``--transport http``, bearer tokens from ``federation token issue``). Backed by an embedded
+coordinator over the local sites by default, or by a running HTTP service (``--service URL
+--token T``).
 
 Over HTTP each tool acts for the token's caller (its policy and audit trail); over stdio
 for the user who started the server. Every tool answers in well under a second, except
@@ -12,30 +13,27 @@ the usual MCP client timeouts). Tasks are shell commands or catalog functions by
 code travels over MCP.
 """
 
-import argparse
 import json
 import logging
-import os
-import sys
-import threading
+import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field, JsonValue, ValidationError
 
 from federation.core.envelope import ResourceEnvelope
+from federation.core.snapshot import FederationSnapshot
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
     MAX_GROUP_CHILDREN,
     CancelResponse,
     DraftRequest,
     EventsPage,
-    FederationSummary,
     GroupRequest,
     GroupResponse,
     GroupView,
@@ -46,9 +44,9 @@ from federation.interfaces.service.models import (
     TransferRequest,
     TransferResponse,
     TransferView,
-    summarize,
 )
 from federation.interfaces.service.ops import Operations
+from federation.interfaces.snapshot_cache import FederationView, SnapshotKeeper
 from federation.placement.drafting import EnvelopeDraft, TaskHints
 from federation.runtime.catalog import FunctionInfo
 from federation.runtime.events import EventKind
@@ -59,6 +57,15 @@ DEFAULT_AWAIT_S = 20.0
 MAX_AWAIT_S = 50.0
 DEFAULT_HTTP_PORT = 8766
 READY_TIMEOUT_S = 120.0
+PROGRESS_EVERY_S = 5.0
+"""While await_event waits, a client that sent a progressToken hears from it this often."""
+SNAPSHOT_MAX_AGE_S = 15.0
+"""inspect_federation answers with a snapshot this old at most before refreshing it (in the
+background: the answer is the one it has, with its age)."""
+RESOURCE_WAIT_S = 10.0
+"""Reading ``federation://snapshot`` before the first probe is in waits this long at most."""
+SNAPSHOT_URI = "federation://snapshot"
+TASK_URI = "federation://tasks/{task_id}"
 
 INSTRUCTIONS = """\
 Run work on a federation of Slurm supercomputers (each behind a Globus Compute endpoint).
@@ -66,7 +73,8 @@ The loop: inspect_federation (what is free where) -> draft_envelope (resource bo
 your task, validated against the sites) -> submit_task (returns at once with a task_id,
 the placement and a cursor) -> await_event(after=cursor, task_ids=[task_id]) repeatedly,
 passing back the cursor it returns, until a task.completed or task.failed event ->
-get_result(task_id) for the output. A task is a shell `command` or a catalog `function`
+get_result(task_id) for the output (also the resource federation://tasks/{task_id}; the
+whole snapshot is federation://snapshot). A task is a shell `command` or a catalog `function`
 (list_functions) with JSON arguments. Related tasks: submit_group (one group_id; await
 its events with task_ids=[group_id]; get_group). Data between sites: move_data (a
 transfer_id; await transfer.* events; get_transfer). Nothing here blocks except
@@ -111,6 +119,45 @@ def caller_of(ctx: Context | None) -> str:
     return str(caller) if caller else STDIO_CALLER
 
 
+def _annotations(
+    title: str,
+    *,
+    read_only: bool,
+    destructive: bool = False,
+    idempotent: bool = False,
+    open_world: bool = True,
+) -> ToolAnnotations:
+    """Hints for clients. The tools act on (or report) remote sites, an open world, except
+    where said; the read-only ones are idempotent (their answers change as the federation
+    does, not because they were called)."""
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=None if read_only else destructive,
+        idempotent_hint=True if read_only else idempotent,
+        open_world_hint=open_world,
+    )
+
+
+async def _report_waiting(ctx: Context, after: int, timeout_s: float) -> None:
+    """Progress notifications every :data:`PROGRESS_EVERY_S` until cancelled: seconds waited
+    (of ``timeout_s``) and what for. The SDK sends them only when the client asked (sent a
+    progressToken with the call); otherwise each report is a no-op."""
+    start = time.monotonic()
+    while True:
+        await anyio.sleep(PROGRESS_EVERY_S)
+        waited = min(time.monotonic() - start, timeout_s)
+        try:
+            await ctx.report_progress(
+                round(waited, 1),
+                timeout_s,
+                f"waiting for events after cursor {after}: {waited:.0f} s of {timeout_s:.0f} s",
+            )
+        except Exception:  # the client went away: the wait ends with the request
+            logger.debug("progress notification not sent", exc_info=True)
+            return
+
+
 async def _run(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return await anyio.to_thread.run_sync(lambda: fn(*args))
@@ -118,30 +165,54 @@ async def _run(fn: Callable[..., Any], *args: Any) -> Any:
         raise _tool_error(e) from e
 
 
-def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
-    """An MCP server whose tools call the operations that ``get_ops()`` yields."""
+def ops_probe(get_ops: AwaitOps) -> Callable[[bool], FederationSnapshot]:
+    """``inspect`` of the operations ``get_ops()`` yields, callable from any thread."""
+
+    def probe(refresh: bool) -> FederationSnapshot:
+        ops = anyio.run(get_ops)
+        return ops.inspect(refresh)
+
+    return probe
+
+
+def build_server(
+    get_ops: AwaitOps, name: str = "federation", *, keeper: SnapshotKeeper | None = None
+) -> MCPServer:
+    """An MCP server whose tools call the operations that ``get_ops()`` yields.
+
+    ``keeper`` holds the snapshot inspect_federation answers with; by default a new one that
+    starts probing at once (in the background)."""
     mcp = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    snapshots = keeper or SnapshotKeeper(ops_probe(get_ops), max_age_s=SNAPSHOT_MAX_AGE_S)
 
     @mcp.tool(
+        title="Inspect the federation",
+        annotations=_annotations("Inspect the federation", read_only=True),
         description=(
             "Show every site and partition of the federation: reachable or not (with the "
             "error), CPUs/memory/GPUs total and idle, running and pending jobs, max walltime. "
-            "Answers at once from the last probe (refreshed every ~15 s; `age_s` says how "
-            "old); refresh=true probes every site now, which takes a few seconds."
-        )
+            "Answers at once from the freshest probe, with `age_s` (how old it is; an old one "
+            "is refreshed in the background: ask again for the newer one). Right after the "
+            "server starts, status may be `probing` (no probe back yet): ask again in a few "
+            "seconds. refresh=true probes every site now, which takes a few seconds."
+        ),
     )
     async def inspect_federation(
         refresh: Annotated[bool, Field(description="probe the sites now (slower)")] = False,
-    ) -> FederationSummary:
-        ops = await get_ops()
-        snap = await _run(ops.inspect, refresh)
-        return summarize(snap)
+    ) -> FederationView:
+        if refresh:
+            await get_ops()
+            await _run(snapshots.refresh_now)
+        view: FederationView = await anyio.to_thread.run_sync(snapshots.view)
+        return view
 
     @mcp.tool(
+        title="List catalog functions",
+        annotations=_annotations("List catalog functions", read_only=True, open_world=False),
         description=(
             "List the catalog: functions that submit_task can run by name, each with its "
             "parameters, a JSON schema of its arguments and what it returns."
-        )
+        ),
     )
     async def list_functions() -> list[FunctionInfo]:
         ops = await get_ops()
@@ -149,13 +220,15 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return result
 
     @mcp.tool(
+        title="Draft a resource envelope",
+        annotations=_annotations("Draft a resource envelope", read_only=True),
         description=(
             "Propose a resource envelope (CPU/GPU/memory/walltime bounds) for a task "
             "described in words, plus optional hints, validated against the sites. Returns "
             "the envelope, its rationale and confidence, and a validation: which "
             "site/partitions can host it, why the others cannot, and (if none can) the "
             "bound to relax and the nearest feasible envelope. Nothing is submitted."
-        )
+        ),
     )
     async def draft_envelope(
         description: Annotated[
@@ -172,6 +245,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return draft
 
     @mcp.tool(
+        title="Submit a task",
+        annotations=_annotations(
+            "Submit a task", read_only=False, destructive=False, idempotent=False
+        ),
         description=(
             "Submit a task within a resource envelope; returns AT ONCE (it does not wait for "
             "the task) with task_id, the chosen site/partition, the granted shape, the "
@@ -181,7 +258,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             "await_event(after=cursor, task_ids=[task_id]). Fails, with nothing submitted, "
             "on a bad envelope or arguments, or when no site can host the envelope (the "
             "error gives the reason per site)."
-        )
+        ),
     )
     async def submit_task(
         envelope: Annotated[
@@ -215,6 +292,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return resp
 
     @mcp.tool(
+        title="Submit a group of tasks",
+        annotations=_annotations(
+            "Submit a group of tasks", read_only=False, destructive=False, idempotent=False
+        ),
         description=(
             "Submit related tasks as a group; returns AT ONCE with group_id, each child's "
             "name, task_id and placement, and `cursor`. Each child is like a submit_task "
@@ -226,7 +307,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             "children's; group.round_terminal means every child is done. If any child is "
             f"malformed or fits no site, nothing is submitted. At most {MAX_GROUP_CHILDREN} "
             "children."
-        )
+        ),
     )
     async def submit_group(
         children: Annotated[
@@ -254,12 +335,14 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return resp
 
     @mcp.tool(
+        title="Get a group",
+        annotations=_annotations("Get a group", read_only=True),
         description=(
             "A group's children now, at once (no waiting): each child's current task_id, "
             "state, site and earlier attempts, the re-placements so far, and done=true "
             "once every child completed or failed. Use get_result(task_id) for a child's "
             "output."
-        )
+        ),
     )
     async def get_group(
         group_id: Annotated[str, Field(description="the group_id submit_group returned")],
@@ -270,6 +353,10 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return view
 
     @mcp.tool(
+        title="Move data between sites",
+        annotations=_annotations(
+            "Move data between sites", read_only=False, destructive=True, idempotent=False
+        ),
         description=(
             "Start copying a file or directory from one site's storage to another's (Globus "
             "Transfer); returns AT ONCE with transfer_id, its state and `cursor`, before any "
@@ -277,7 +364,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             "await_event(after=cursor, task_ids=[transfer_id]) for transfer.progress, "
             "transfer.completed or transfer.failed; get_transfer for the details. Use it to "
             "stage inputs where a task will run, or bring results back."
-        )
+        ),
     )
     async def move_data(
         source_site: Annotated[str, Field(min_length=1, description="site to copy from")],
@@ -313,10 +400,12 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return resp
 
     @mcp.tool(
+        title="Get a transfer",
+        annotations=_annotations("Get a transfer", read_only=True),
         description=(
             "A transfer's state and details (files and bytes moved, errors), at once; it "
             "does not wait. To wait, use await_event with task_ids=[transfer_id]."
-        )
+        ),
     )
     async def get_transfer(
         transfer_id: Annotated[str, Field(description="the transfer_id move_data returned")],
@@ -327,13 +416,15 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return view
 
     @mcp.tool(
+        title="Get a task's result",
+        annotations=_annotations("Get a task's result", read_only=True),
         description=(
             "A task's state (held for an operator, queued, running, completed, failed) and "
             "placement, at once; it does not wait. Once done, `result` holds the manifest: "
             "value (when JSON, else value_repr), error and remote_traceback, "
             "stdout/stderr/returncode for commands, Slurm job id, queue wait and runtime, "
             "and its events. To wait for a task, use await_event."
-        )
+        ),
     )
     async def get_result(
         task_id: Annotated[str, Field(description="the task_id submit_task returned")],
@@ -344,6 +435,8 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         return status
 
     @mcp.tool(
+        title="Await events",
+        annotations=_annotations("Await events", read_only=True),
         description=(
             "Wait for events (task.queued, task.started, task.completed, task.failed, "
             "group.*, transfer.*) after the cursor `after`; task_ids may hold task, group "
@@ -353,7 +446,7 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
             "the cursor counts them (1, 2, 3, ...). Always pass the returned `cursor` as "
             "`after` on the next call: no event is missed or repeated. Start from the cursor "
             "submit_task returned."
-        )
+        ),
     )
     async def await_event(
         after: Annotated[int, Field(ge=0, description="cursor from the last call")] = 0,
@@ -370,16 +463,36 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         ctx: Context | None = None,
     ) -> EventsPage:
         ops = await get_ops()
+        page: EventsPage | None = None
+
+        async def wait() -> None:
+            nonlocal page
+            page = await ops.events(after, task_ids, kinds, timeout_s, caller=caller_of(ctx))
+            tg.cancel_scope.cancel()
+
         try:
-            return await ops.events(after, task_ids, kinds, timeout_s, caller=caller_of(ctx))
+            async with anyio.create_task_group() as tg:
+                if ctx is not None and timeout_s > 0:
+                    tg.start_soon(_report_waiting, ctx, after, timeout_s)
+                tg.start_soon(wait)
         except OpsError as e:
             raise _tool_error(e) from e
+        except BaseExceptionGroup as eg:
+            if len(eg.exceptions) == 1 and isinstance(eg.exceptions[0], OpsError):
+                raise _tool_error(eg.exceptions[0]) from eg.exceptions[0]
+            raise
+        assert page is not None
+        return page
 
     @mcp.tool(
+        title="Cancel a task",
+        annotations=_annotations(
+            "Cancel a task", read_only=False, destructive=True, idempotent=True
+        ),
         description=(
             "Cancel a task that has not started running. Returns cancelled=true if it was "
             "withdrawn, else false with the reason (already running or finished)."
-        )
+        ),
     )
     async def cancel(
         task_id: Annotated[str, Field(description="the task_id submit_task returned")],
@@ -389,170 +502,47 @@ def build_server(get_ops: AwaitOps, name: str = "federation") -> MCPServer:
         resp: CancelResponse = await _run(ops.cancel, task_id, caller_of(ctx))
         return resp
 
-    return mcp
-
-
-class Backend:
-    """Builds the operations in a background thread, so the MCP handshake answers at once.
-
-    Tools wait for it (the first call after start may take the few seconds of connecting).
-    """
-
-    def __init__(self, factory: Callable[[], Operations]) -> None:
-        self._factory = factory
-        self._ops: Operations | None = None
-        self._error: BaseException | None = None
-        self._ready = threading.Event()
-        threading.Thread(target=self._build, name="federation-backend", daemon=True).start()
-
-    def _build(self) -> None:
-        try:
-            self._ops = self._factory()
-        except BaseException as e:
-            logger.exception("could not connect to the federation")
-            self._error = e
-        finally:
-            self._ready.set()
-
-    async def get(self) -> Operations:
-        if not self._ready.is_set():
-            await anyio.to_thread.run_sync(self._ready.wait, READY_TIMEOUT_S)
-        if self._ops is None:
-            why = self._error or TimeoutError(f"not connected after {READY_TIMEOUT_S:.0f} s")
-            raise ToolError(
-                f"the federation is not available: {type(why).__name__}: {why}. "
-                "Check `federation sites status` (or the --service URL and token)."
+    @mcp.resource(
+        SNAPSHOT_URI,
+        name="federation-snapshot",
+        title="Federation snapshot",
+        description=(
+            "The freshest full snapshot of every site (partitions, nodes, jobs, health) as "
+            "JSON; `taken_at` says when the probes ran. inspect_federation gives a compact "
+            "view of the same."
+        ),
+        mime_type="application/json",
+    )
+    async def snapshot_resource() -> str:
+        snap = await anyio.to_thread.run_sync(snapshots.wait, RESOURCE_WAIT_S)
+        if snap is None:
+            snapshots.refresh_in_background()
+            raise ResourceError(
+                "probing the sites is in progress (no snapshot yet); read it again shortly"
             )
-        return self._ops
+        if (snapshots.age_s() or 0.0) > snapshots.max_age_s:
+            snapshots.refresh_in_background()
+        return snap.model_dump_json()
 
-    def close(self) -> None:
-        if self._ops is not None:
-            self._ops.close()
-
-
-def embedded_ops(
-    home: Path | None = None,
-    sites: list[str] | None = None,
-    bring_up: bool = True,
-    tokens_db: Path | None = None,
-    config: Path | None = None,
-) -> Operations:
-    """A coordinator in this process, as :class:`LocalOps`: over the sites of ``config``
-    (or ``$FEDERATION_CONFIG``), else the embedded local federation; callers' policies from
-    ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``."""
-    from federation.deploy.connect import connect
-    from federation.deploy.local import federation_home
-    from federation.interfaces.service.ops import LocalOps
-    from federation.security.policy import PolicyGate
-
-    gate = PolicyGate.from_home(home or federation_home(), tokens_db=tokens_db)
-    conn = connect(config, home=home, sites=sites, bring_up=bring_up, gate=gate)
-    return LocalOps(conn.coord, on_close=conn.close)
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="federation-mcp", description="The federation as MCP tools (stdio or HTTP)."
+    @mcp.resource(
+        TASK_URI,
+        name="task-manifest",
+        title="Task manifest",
+        description=(
+            "One of your tasks as JSON: state, placement and, once it is done, its result "
+            "manifest (value, error, stdout/stderr, Slurm job id, timings, events); as "
+            "get_result answers."
+        ),
+        mime_type="application/json",
     )
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP transport: bind address")
-    p.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP transport: port")
-    p.add_argument("--home", type=Path, default=None, help="federation home ($FEDERATION_HOME)")
-    p.add_argument("--site", action="append", default=None, help="limit to these sites")
-    p.add_argument("--no-up", action="store_true", help="do not bring the local sites up")
-    p.add_argument(
-        "--tokens",
-        type=Path,
-        default=None,
-        help="HTTP transport: token database (default: <home>/service/tokens.db)",
-    )
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=os.environ.get("FEDERATION_CONFIG"),
-        help="federation.yaml: act on the sites it names ($FEDERATION_CONFIG; default: the "
-        "embedded local federation)",
-    )
-    p.add_argument("--service", default=None, help="use the HTTP service at this URL")
-    p.add_argument(
-        "--token",
-        default=os.environ.get("FEDERATION_TOKEN"),
-        help="bearer token for --service (default: $FEDERATION_TOKEN)",
-    )
-    a = p.parse_args(argv)
-    run(
-        transport=a.transport,
-        host=a.host,
-        port=a.port,
-        home=a.home,
-        sites=a.site,
-        bring_up=not a.no_up,
-        service=a.service,
-        token=a.token,
-        tokens_db=a.tokens,
-        config=a.config,
-    )
+    async def task_resource(task_id: str, ctx: Context) -> str:
+        ops = await get_ops()
+        try:
+            status: TaskStatus = await anyio.to_thread.run_sync(
+                lambda: ops.status(task_id, caller_of(ctx))
+            )
+        except OpsError as e:
+            raise ResourceError(str(_tool_error(e))) from e
+        return status.model_dump_json()
 
-
-def run(
-    *,
-    transport: str = "stdio",
-    host: str = "127.0.0.1",
-    port: int = DEFAULT_HTTP_PORT,
-    home: Path | None = None,
-    sites: list[str] | None = None,
-    bring_up: bool = True,
-    service: str | None = None,
-    token: str | None = None,
-    tokens_db: Path | None = None,
-    config: Path | None = None,
-) -> None:
-    """Serve the MCP tools until the client goes away (stdio) or interrupted (HTTP)."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from federation.security.tokens import default_token_db, install_redaction
-
-    install_redaction()
-    if service:
-        if not token:
-            raise SystemExit("--service needs --token (or $FEDERATION_TOKEN)")
-        from federation.interfaces.service.client import ServiceClient
-
-        url, tok = service, token
-
-        def factory() -> Operations:
-            return ServiceClient(url, tok)
-    else:
-
-        def factory() -> Operations:
-            db = tokens_db if transport == "http" else None
-            return embedded_ops(home, sites, bring_up, db, config)
-
-    backend = Backend(factory)
-    server = build_server(backend.get)
-    try:
-        if transport == "stdio":
-            server.run("stdio")
-        else:
-            _serve_http(server, host, port, tokens_db or default_token_db(home))
-    finally:
-        backend.close()
-
-
-def _serve_http(server: MCPServer, host: str, port: int, tokens_db: Path) -> None:
-    import uvicorn
-
-    from federation.interfaces.service.app import Guard
-    from federation.interfaces.service.server import log_config
-    from federation.security.tokens import TokenStore
-
-    tokens = TokenStore(tokens_db)
-    app = Guard(server.streamable_http_app(host=host), tokens, max_body_bytes=1_000_000)
-    uvicorn.run(app, host=host, port=port, log_config=log_config("warning"))
-
-
-if __name__ == "__main__":
-    main()
+    return mcp

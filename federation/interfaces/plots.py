@@ -8,12 +8,14 @@
 - :func:`plot_predicted_vs_actual`: each task's predicted wait against its actual queue wait,
   with the y = x line.
 
-Each returns a :class:`matplotlib.figure.Figure`; save it with ``fig.savefig(path)`` or
-show it as a notebook cell's value.
+Every figure colours a site with :func:`site_colour` (one colour per site name, the same in
+every figure). Each returns a :class:`matplotlib.figure.Figure`; save it with
+``fig.savefig(path)`` or show it as a notebook cell's value.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +29,14 @@ from matplotlib.ticker import MaxNLocator
 from federation.runtime.events import Event
 from federation.runtime.handles import TaskHandle, TaskResult
 
-__all__ = ["plot_capacity", "plot_predicted_vs_actual", "plot_timeline", "site_colors"]
+__all__ = [
+    "KNOWN_SITES",
+    "plot_capacity",
+    "plot_predicted_vs_actual",
+    "plot_timeline",
+    "site_colors",
+    "site_colour",
+]
 
 _PALETTE = (
     "#1f77b4",
@@ -41,11 +50,23 @@ _PALETTE = (
     "#bcbd22",
     "#17becf",
 )
+KNOWN_SITES = ("delta", "deltaai", "anvil", "vista", "local")
+"""The federation's sites, which take the first palette colours in this order."""
+
+
+def site_colour(site: str) -> str:
+    """The colour of ``site`` in every figure: a fixed palette slot for each known site
+    (:data:`KNOWN_SITES`), and for any other a slot of the rest chosen from its name alone
+    (a stable hash), so a site looks the same whichever other sites a figure shows."""
+    if site in KNOWN_SITES:
+        return _PALETTE[KNOWN_SITES.index(site)]
+    spare = len(_PALETTE) - len(KNOWN_SITES)
+    return _PALETTE[len(KNOWN_SITES) + zlib.crc32(site.encode()) % spare]
 
 
 def site_colors(sites: Iterable[str]) -> dict[str, str]:
-    """A stable color per site (sorted by name), shared by all figures."""
-    return {s: _PALETTE[i % len(_PALETTE)] for i, s in enumerate(sorted(set(sites)))}
+    """:func:`site_colour` of each site, sorted by name (a figure's legend order)."""
+    return {s: site_colour(s) for s in sorted(set(sites))}
 
 
 # --- capacity over time ----------------------------------------------------------------------

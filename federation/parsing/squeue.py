@@ -4,7 +4,8 @@ Sources:
 
 * the probe's own text (``squeue --noheader --noconvert --Format`` with :data:`SQUEUE_FIELDS`,
   0x1F/0x1E delimited), parsed strictly and fast (50,000 jobs well under a second);
-* ``squeue --json`` (21.08 openapi v0.0.37 through data_parser v0.0.4x);
+* ``squeue --json`` (21.08 openapi v0.0.37 through data_parser v0.0.4x), in
+  :mod:`federation.parsing.squeue_json`;
 * third-party text: any table of squeue columns (:func:`jobs_from_table`, with tables from
   :mod:`federation.parsing.table`), and the "JSON-like" ``-o '{"id": %A, ...}'`` lines some
   exporters use (:func:`parse_squeue_jsonlike`). Malformed lines there are skipped and
@@ -17,11 +18,8 @@ nodes when known, else ``MinMemory``); ``gpus`` is the job's total GPU count, fr
 
 from __future__ import annotations
 
-import gc
 import json
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -30,225 +28,52 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import (
-    clean,
-    json_int,
-    json_number,
-    json_objects,
-    json_str,
-    snippet,
-    split_records,
-)
-from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
+from federation.parsing.common import clean, snippet, split_records
 from federation.parsing.hostlist import expand_hostlist
+from federation.parsing.squeue_fields import (
+    _ESTIMATED,
+    _NO_NODES,
+    _NO_VALUE,
+    _PROBE_FIELDS,
+    COLUMN_ALIASES,
+    SQUEUE_FIELDS,
+    SQUEUE_FIELDS_NODES,
+    _gpus,
+    _int,
+    _strip_parens,
+    _trusted_job,
+    canonical_index,
+    count_states,
+    gc_paused,
+    reason_code,
+    squash,
+    with_start_time,
+)
+from federation.parsing.squeue_json import parse_squeue_json
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import Table
 from federation.parsing.times import (
-    epoch,
     parse_duration,
     parse_memory,
     parse_timestamp,
     zone_suffix,
 )
 
-SQUEUE_FIELDS: tuple[str, ...] = (
-    "JobArrayID",
-    "Partition",
-    "State",
-    "Reason",
-    "UserName",
-    "Name",
-    "NumNodes",
-    "NumCPUs",
-    "NumTasks",
-    "MinMemory",
-    "tres-per-node",
-    "tres-per-job",
-    "tres-per-task",
-    "tres-alloc",
-    "TimeLimit",
-    "SubmitTime",
-    "StartTime",
-    "EndTime",
-    "PriorityLong",
-)
-"""The probe's original ``squeue -O`` fields, in order: the default for a recorded probe
-that names no field list."""
-
-SQUEUE_FIELDS_NODES: tuple[str, ...] = (*SQUEUE_FIELDS, "NodeList")
-"""The probe's ``squeue -O`` fields today: :data:`SQUEUE_FIELDS` plus the nodes each running
-job holds (``JobRecord.node_names``), which a queue twin needs to reproduce fragmentation."""
-_PROBE_FIELDS = frozenset({SQUEUE_FIELDS, SQUEUE_FIELDS_NODES})
-_NO_NODES = frozenset({"pending", "requeued", "held"})
-"""States whose node list is not an allocation (empty, or the nodes asked for)."""
-
-# squashed column name (upper case, no space/_/-) -> canonical key
-COLUMN_ALIASES: dict[str, str] = {
-    "JOBARRAYID": "job_id",
-    "JOBID": "job_id",
-    "ID": "job_id",
-    "PARTITION": "partition",
-    "STATE": "state",
-    "ST": "state",
-    "STATECOMPACT": "state",
-    "REASON": "reason",
-    "NODELIST(REASON)": "nodelist_reason",
-    "USER": "user",
-    "USERNAME": "user",
-    "NAME": "name",
-    "JOBNAME": "name",
-    "NODES": "nodes",
-    "NUMNODES": "nodes",
-    "CPUS": "cpus",
-    "NUMCPUS": "cpus",
-    "TASKS": "tasks",
-    "NUMTASKS": "tasks",
-    "MINMEMORY": "min_memory",
-    "MEM": "min_memory",
-    "TRESPERNODE": "tres_per_node",
-    "GRES": "tres_per_node",
-    "TRESPERJOB": "tres_per_job",
-    "TRESPERTASK": "tres_per_task",
-    "TRESALLOC": "tres_alloc",
-    "TRES": "tres_alloc",
-    "TIMELIMIT": "time_limit",
-    "SUBMITTIME": "submit_time",
-    "STARTTIME": "start_time",
-    "ENDTIME": "end_time",
-    "PRIORITYLONG": "priority",
-    "PRIORITY": "priority",
-    "NODELIST": "node_list",
-}
-_KEYS = (
-    "job_id",
-    "partition",
-    "state",
-    "reason",
-    "nodelist_reason",
-    "user",
-    "name",
-    "nodes",
-    "cpus",
-    "tasks",
-    "min_memory",
-    "tres_per_node",
-    "tres_per_job",
-    "tres_per_task",
-    "tres_alloc",
-    "time_limit",
-    "submit_time",
-    "start_time",
-    "end_time",
-    "priority",
-    "node_list",
-)
-_LEADING_INT = re.compile(r"\s*(\d+)")
-
-
-def squash(name: str) -> str:
-    return name.strip().upper().replace("_", "").replace("-", "").replace(" ", "")
-
-
-def canonical_index(columns: Sequence[str]) -> dict[str, int]:
-    """Canonical key -> column index (first occurrence wins; unknown columns ignored).
-
-    A long ``STATE`` column is preferred over the compact ``ST`` when both are present.
-    """
-    idx: dict[str, int] = {}
-    for i, col in enumerate(columns):
-        key = COLUMN_ALIASES.get(squash(col))
-        if key is None:
-            continue
-        if key == "state" and "state" in idx and squash(col) == "STATE":
-            idx[key] = i
-        idx.setdefault(key, i)
-    return idx
-
-
-_REASON_CODES: dict[str, str] = {}
-_REASON_SPLIT = re.compile(r"[,(]")
-
-
-def reason_code(reason: str | None) -> str | None:
-    """The reason's code for counting: ``ReqNodeNotAvail, UnavailableNodes:...`` ->
-    ``ReqNodeNotAvail``; a sentence-like reason is kept whole."""
-    if reason is None:
-        return None
-    hit = _REASON_CODES.get(reason)
-    if hit is not None:
-        return hit
-    head = _REASON_SPLIT.split(reason, maxsplit=1)[0].strip()
-    code = head if head and " " not in head else reason
-    if len(_REASON_CODES) < 10_000:
-        _REASON_CODES[reason] = code
-    return code
-
-
-def _strip_parens(text: str) -> str:
-    t = text.strip()
-    while len(t) >= 2 and t[0] == "(" and t[-1] == ")":
-        t = t[1:-1].strip()
-    return t
-
-
-def _int(text: str | None, what: str) -> int | None:
-    if text is None:
-        return None
-    if text.isdigit():
-        return int(text)
-    t = text.strip()
-    if not t or t.lower() in ("n/a", "(null)", "none"):
-        return None
-    if t.isdigit():
-        return int(t)
-    m = _LEADING_INT.match(t)  # "1-2" (node range), "4+"
-    if m:
-        return int(m.group(1))
-    try:
-        return int(float(t))
-    except ValueError:
-        raise ParseError(f"{what}: expected a number, got {snippet(t)}") from None
-
-
-def _gpus(
-    tres_alloc: str | None,
-    per_job: str | None,
-    per_node: str | None,
-    per_task: str | None,
-    nodes: int,
-    tasks: int | None,
-) -> tuple[int, str | None, dict[str, str]]:
-    tres = parse_tres(tres_alloc) if tres_alloc and "=" in tres_alloc else {}
-    total, gtype = tres_gpus(tres) if tres else (0, None)
-    req_type: str | None = None
-    if per_job:
-        n, req_type = request_gpus(per_job)
-        total = total or n
-    if per_node:
-        n, t = request_gpus(per_node)
-        total = total or n * max(1, nodes)
-        req_type = req_type or t
-    if per_task:
-        n, t = request_gpus(per_task)
-        total = total or n * max(1, tasks or 1)
-        req_type = req_type or t
-    return total, gtype or req_type, tres
-
-
-_NO_VALUE = ("", "N/A", "(null)", "None")
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many acyclic records (it would rescan them all
-    several times over; reference counting frees them as usual)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+__all__ = [
+    "COLUMN_ALIASES",
+    "SQUEUE_FIELDS",
+    "SQUEUE_FIELDS_NODES",
+    "canonical_index",
+    "count_states",
+    "gc_paused",
+    "jobs_from_table",
+    "parse_squeue",
+    "parse_squeue_json",
+    "parse_squeue_jsonlike",
+    "reason_code",
+    "squash",
+    "with_start_time",
+]
 
 
 class _Builder:
@@ -477,33 +302,6 @@ def parse_squeue(
     return out
 
 
-_ESTIMATED = frozenset({"pending", "requeued"})
-
-
-_JOB_FIELDS = frozenset(JobRecord.model_fields)
-
-
-def _trusted_job(data: dict[str, Any]) -> JobRecord:
-    """A JobRecord from values this module has already checked (types, ranges, literals).
-
-    Like ``model_construct`` (which is slower than validating here) it skips validation;
-    tests compare its results with ``model_validate`` on every fixture.
-    """
-    obj = JobRecord.__new__(JobRecord)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_JOB_FIELDS))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
-
-
-def with_start_time(job: JobRecord, start: datetime | None) -> JobRecord:
-    """``job`` with another start time (Slurm's estimate), without re-validating it."""
-    data = dict(job.__dict__)
-    data["start_time"] = start
-    return _trusted_job(data)
-
-
 def _fast_probe_jobs(
     rows: list[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
 ) -> list[JobRecord]:
@@ -639,98 +437,3 @@ def parse_squeue_jsonlike(
             continue
         table.rows.append(["" if obj.get(k) is None else str(obj.get(k)) for k in keys])
     return jobs_from_table(table, utc_offset_s, notes)
-
-
-# --- JSON -------------------------------------------------------------------------------
-
-
-def _json_job_id(j: Mapping[str, Any]) -> str:
-    job_id = json_int(j.get("job_id"))
-    if job_id is None:
-        raise ParseError("squeue JSON: job without job_id")
-    array_job = json_int(j.get("array_job_id")) or 0
-    if array_job:
-        task = json_int(j.get("array_task_id"))
-        if task is not None:
-            return f"{array_job}_{task}"
-        spec = json_str(j.get("array_task_string"))
-        if spec:
-            return f"{array_job}_[{spec}]"
-    return str(job_id)
-
-
-def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
-    raw_state = j.get("job_state")
-    reason = json_str(j.get("state_reason"))
-    state = parse_job_state(
-        [str(s) for s in raw_state] if isinstance(raw_state, list) else json_str(raw_state),
-        reason,
-    )
-    nodes = json_int(j.get("node_count")) or 1
-    cpus = json_int(j.get("cpus"))
-    tasks = json_int(j.get("tasks"))
-    tres_text = json_str(j.get("tres_alloc_str")) or json_str(j.get("tres_req_str"))
-    gpus, gpu_type, tres = _gpus(
-        tres_text,
-        json_str(j.get("tres_per_job")),
-        json_str(j.get("tres_per_node")),
-        json_str(j.get("tres_per_task")),
-        nodes,
-        tasks,
-    )
-    mem_mb: int | None = None
-    per_node = json_int(j.get("memory_per_node"))
-    per_cpu = json_int(j.get("memory_per_cpu"))
-    if "mem" in tres:
-        total_mem, _ = parse_memory(tres["mem"])
-        if total_mem is not None:
-            mem_mb = total_mem // max(1, nodes)
-    elif per_node:
-        mem_mb = per_node
-    elif per_cpu and cpus:
-        mem_mb = per_cpu * cpus // max(1, nodes)
-    limit = j.get("time_limit")
-    limit_min = json_number(limit)
-    priority = json_int(j.get("priority"))
-    data: dict[str, Any] = {
-        "job_id": _json_job_id(j),
-        "partition": json_str(j.get("partition")) or "",
-        "state": state,
-        "reason": reason,
-        "user": json_str(j.get("user_name")),
-        "name": json_str(j.get("name")),
-        "nodes": nodes,
-        "cpus": 1 if cpus is None else cpus,
-        "mem_mb": mem_mb,
-        "gpus": gpus,
-        "gpu_type": gpu_type,
-        "time_limit_s": None if limit_min is None else int(limit_min * 60),
-        "submit_time": epoch(json_number(j.get("submit_time"))),
-        "start_time": epoch(json_number(j.get("start_time"))),
-        "end_time": epoch(json_number(j.get("end_time"))),
-        "priority": priority,
-        "node_names": ()
-        if state in _NO_NODES
-        else tuple(expand_hostlist(json_str(j.get("nodes")))),
-    }
-    try:
-        return JobRecord.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ParseError(f"{where}: field {loc}: {first['msg']}") from None
-
-
-def parse_squeue_json(
-    source: str | bytes | Mapping[str, Any], warnings: list[str] | None = None
-) -> list[JobRecord]:
-    """``squeue --json`` (any version) -> JobRecords (times in UTC from epoch seconds)."""
-    jobs = json_objects(source, "squeue JSON")
-    return [_json_job(j, f"squeue JSON jobs[{i}]") for i, j in enumerate(jobs)]
-
-
-def count_states(jobs: Iterable[JobRecord]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for j in jobs:
-        out[j.state] = out.get(j.state, 0) + 1
-    return out

@@ -14,7 +14,7 @@ import math
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from pydantic import Field
 
@@ -23,9 +23,6 @@ from federation.core.errors import BadEnvelopeError, NoFeasibleSiteError
 from federation.core.model import Frozen
 from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
 from federation.core.spec import PartitionSpec, SiteSpec
-
-if TYPE_CHECKING:
-    from federation.placement.policies import Policy
 
 MAX_PROBE_AGE_S = 600.0
 DEFAULT_BANDWIDTH_MB_S = 100.0
@@ -448,19 +445,3 @@ def no_feasible(rejected: Sequence[Rejection]) -> NoFeasibleSiteError:
         "no site can run this envelope",
         {(f"{r.site}/{r.partition}" if r.partition else r.site): r.reason for r in rejected},
     )
-
-
-def place(
-    envelope: ResourceEnvelope,
-    sites: Sequence[SiteSpec],
-    snapshot: FederationSnapshot,
-    policy: str | Policy = "earliest-start",
-    now: datetime | None = None,
-) -> PlacementDecision:
-    """Rank every feasible (site, partition) for ``envelope`` with a named policy.
-
-    Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
-    """
-    from federation.placement.policies import get_policy
-
-    return get_policy(policy).decide(envelope, sites, snapshot, now or datetime.now(UTC))

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import NoFeasibleSiteError
@@ -40,9 +40,55 @@ from federation.security.policy import LOCAL_CALLER
 
 if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
-    from federation.runtime.coordinator import Coordinator
+    from federation.placement.candidates import PlacementDecision
+    from federation.runtime.events import EventBus
+    from federation.runtime.hooks import HookRunner
+    from federation.runtime.milestones import MilestoneWatcher
+    from federation.runtime.store import Store
+    from federation.sites.backend import SiteBackend
 
 logger = logging.getLogger(__name__)
+
+
+class GroupCoordinator(Protocol):
+    """What groups use of the coordinator (``federation.runtime.coordinator.Coordinator``):
+    submitting, cancelling and planning tasks, its events and its store."""
+
+    @property
+    def backends(self) -> dict[str, SiteBackend]: ...
+    @property
+    def events(self) -> EventBus: ...
+    @property
+    def hooks(self) -> HookRunner: ...
+    @property
+    def milestones(self) -> MilestoneWatcher: ...
+    @property
+    def store(self) -> Store | None: ...
+
+    def submit_task(
+        self,
+        task: TaskSpec,
+        envelope: ResourceEnvelope,
+        *,
+        on_event: EventCallback | None = None,
+        snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
+        hooks: Iterable[Hook] = (),
+    ) -> TaskHandle: ...
+
+    def cancel(self, handle: TaskHandle | str, reason: str = ...) -> bool: ...
+
+    def plan(
+        self, envelope: ResourceEnvelope, snapshot: FederationSnapshot | None = None
+    ) -> PlacementDecision: ...
+
+    def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot: ...
+
+    def inspect_federation(self) -> FederationSnapshot: ...
+
+    def handles(self) -> list[TaskHandle]: ...
+
+    def _handle(self, handle: TaskHandle | str) -> TaskHandle: ...
 
 
 REPLACE_MARGIN_S = 30.0
@@ -115,7 +161,7 @@ class GroupHandle:
 class GroupManager:
     """Places groups through a coordinator and watches them (one subscription per group)."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coord = coordinator
         self._lock = threading.Lock()
         self.groups: dict[str, GroupHandle] = {}

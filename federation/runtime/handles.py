@@ -19,7 +19,8 @@ from federation.runtime.provenance import Accounting
 from federation.runtime.results import ResultRef
 
 TaskState = Literal["held", "queued", "running", "completed", "failed"]
-"""``held``: placed, not shipped: the policy gate holds it for an operator (approve or reject)."""
+"""The states of :mod:`federation.runtime.lifecycle`. ``held``: placed, not shipped: the
+policy gate holds it for an operator (approve or reject)."""
 CopyState = Literal["queued", "won", "cancelling", "cancelled", "abandoned", "failed"]
 """A hedged copy: queued; ``won`` (started first: the task's placement); ``cancelling``
 (a cancel is on its way to the site); ``cancelled`` (the site confirmed it never ran);
@@ -196,9 +197,8 @@ class TaskHandle:
         self.bus.subscribe(self._track, task_id=self.id)
 
     def _track(self, ev: Event) -> None:
-        if ev.kind == "task.started" and self.state == "queued":
-            self.state = "running"
-        elif ev.kind in ("task.completed", "task.failed"):
+        # ``state`` is moved by :mod:`federation.runtime.lifecycle`; done once the end is told
+        if ev.kind in ("task.completed", "task.failed"):
             self._done.set()
 
     @property

@@ -17,11 +17,11 @@ import logging
 import queue
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx
+import tenacity
 from pydantic import Field
 
 from federation.core.model import Frozen
@@ -181,22 +181,31 @@ class HookRunner:
     def _deliver(self, reg: Registration, ev: Event) -> None:
         hook = reg.hook
         body = ev.model_dump_json()
-        pause = hook.backoff_s
         errors: list[str] = []
-        for attempt in range(hook.retries + 1):
+
+        def attempt() -> None:
             try:
                 if isinstance(hook, WebhookHook):
                     self._post(hook, body)
                 else:
                     _run_command(hook, body)
-                reg.delivered += 1
-                return
             except HookError as e:
                 errors.append(str(e))
-                if not e.retryable or attempt == hook.retries:
-                    break
-                time.sleep(pause)
-                pause *= 2
+                raise
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(hook.retries + 1),
+            wait=tenacity.wait_exponential(multiplier=hook.backoff_s, exp_base=2, min=0),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, HookError) and e.retryable),
+            reraise=True,
+        )
+        try:
+            retrying(attempt)
+        except HookError:
+            pass
+        else:
+            reg.delivered += 1
+            return
         reg.failed += 1
         logger.warning(
             "%s failed to deliver %s #%d after %d tries: %s",

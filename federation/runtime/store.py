@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from federation.core.errors import FederationError
+from federation.core.sqlite import Migration, columns, connect, migrate
 from federation.runtime.events import Event
+from federation.security.held import HELD_SCHEMA
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -128,27 +130,34 @@ class StoreError(FederationError):
         super().__init__(f"state database {path} refused a write ({text}): {hint}")
 
 
+def _adopt_unversioned(db: sqlite3.Connection) -> None:
+    """Migration 2: the columns added after each table's first release, where a file from
+    before schema versions lacks them; then each owner's event cursor (``owner_seq``)."""
+    for table, added in _COLUMNS_ADDED.items():
+        have = columns(db, table)
+        for col, sql_type in added.items():
+            if col not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}")
+    db.execute("CREATE INDEX IF NOT EXISTS events_owner ON events(owner, seq)")
+    # events from before owners: each owner's cursor counts its events in order
+    db.execute(
+        "UPDATE events SET owner_seq = (SELECT COUNT(*) FROM events AS e "
+        "WHERE e.owner = events.owner AND e.seq <= events.seq) WHERE owner_seq IS NULL"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _adopt_unversioned, HELD_SCHEMA)
+"""The state store's schema, version by version (``PRAGMA user_version``): append, never
+edit a released step."""
+
+
 class Store:
     """One SQLite file; safe to share between threads of one process."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        for table, added in _COLUMNS_ADDED.items():
-            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-            for col, sql_type in added.items():
-                if col not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}")
-        self._db.execute("CREATE INDEX IF NOT EXISTS events_owner ON events(owner, seq)")
-        # events from before owners: each owner's cursor counts its events in order
-        self._db.execute(
-            "UPDATE events SET owner_seq = (SELECT COUNT(*) FROM events AS e "
-            "WHERE e.owner = events.owner AND e.seq <= events.seq) WHERE owner_seq IS NULL"
-        )
+        self._db = connect(self.path)
+        migrate(self._db, MIGRATIONS, name=f"the coordinator's state store {self.path}")
         self._lock = threading.RLock()
 
     @contextmanager

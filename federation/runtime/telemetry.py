@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from federation.core.optional import require
 from federation.core.snapshot import FederationSnapshot, SiteSnapshot
+from federation.core.sqlite import Migration, connect, migrate
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    "CREATE TABLE IF NOT EXISTS site_snapshots (site TEXT NOT NULL, taken_at TEXT NOT NULL,"
+    " reachable INTEGER NOT NULL, body TEXT NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS snap_site_time ON site_snapshots(site, taken_at);",
+)
+"""The telemetry store's schema, version by version (``PRAGMA user_version``)."""
 
 
 class Telemetry:
     """Append-only store of site snapshots; ``frame()`` gives partition rows over time."""
 
     def __init__(self, path: Path | str = ":memory:") -> None:
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS site_snapshots (site TEXT NOT NULL, taken_at TEXT NOT NULL,"
-            " reachable INTEGER NOT NULL, body TEXT NOT NULL)"
-        )
-        self._db.execute(
-            "CREATE INDEX IF NOT EXISTS snap_site_time ON site_snapshots(site, taken_at)"
-        )
+        self._db = connect(path)
+        migrate(self._db, MIGRATIONS, name=f"the telemetry store {path}")
         self._lock = threading.Lock()
 
     def record(self, snapshot: FederationSnapshot) -> None:
@@ -34,8 +36,14 @@ class Telemetry:
             (s.site, s.taken_at.isoformat(), int(s.health.reachable), s.model_dump_json())
             for s in snapshot.sites
         ]
-        with self._lock, self._db:
-            self._db.executemany("INSERT INTO site_snapshots VALUES (?, ?, ?, ?)", rows)
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT INTO site_snapshots VALUES (?, ?, ?, ?)", rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def sites(self, site: str | None = None, since: datetime | None = None) -> list[SiteSnapshot]:
         q = "SELECT body FROM site_snapshots WHERE 1=1"
@@ -50,6 +58,9 @@ class Telemetry:
 
     def frame(self, site: str | None = None, since: datetime | None = None) -> pd.DataFrame:
         """Partition rows of every recorded snapshot (columns as ``partitions_frame``)."""
+        require("pandas", "jupyter")  # says which extra to install
+        import pandas as pd
+
         snaps = self.sites(site, since)
         if not snaps:
             return pd.DataFrame()

@@ -1,8 +1,8 @@
 """Who may run what where: per-caller policy, the gate that enforces it, held tasks, audit.
 
-- :mod:`.policy`: :class:`CallerPolicy` (allowed sites/partitions, GPU and node-hour
+- :mod:`.caller`: :class:`CallerPolicy` (allowed sites/partitions, GPU and node-hour
   limits, allowed commands and catalog functions), :class:`PolicySet` (loaded from
-  ``$FEDERATION_HOME/policy.yaml``) and :class:`PolicyGate`, which the coordinator asks
+  ``$FEDERATION_HOME/policy.yaml``); :mod:`.policy`: :class:`PolicyGate`, which the coordinator asks
   before anything is shipped: allowed, denied (:class:`PolicyViolationError`), or
   unresolved (held for an operator).
 - :mod:`.held`: tasks held for an operator's decision, durable in the coordinator's store.
@@ -10,17 +10,9 @@
 """
 
 from federation.security.audit import AuditLog, AuditRecord
+from federation.security.caller import LOCAL_CALLER, CallerPolicy, PolicySet, load_policies
 from federation.security.held import HeldTask, HeldTasks
-from federation.security.policy import (
-    LOCAL_CALLER,
-    CallerPolicy,
-    Finding,
-    PolicyGate,
-    PolicyOutcome,
-    PolicySet,
-    PolicyViolationError,
-    load_policies,
-)
+from federation.security.policy import Finding, PolicyGate, PolicyOutcome, PolicyViolationError
 
 __all__ = [
     "LOCAL_CALLER",

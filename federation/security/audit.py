@@ -9,7 +9,6 @@ credential is ever recorded: callers appear by name, never by token.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Literal
 from pydantic import Field
 
 from federation.core.model import Frozen
+from federation.core.paths import federation_home
+from federation.core.sqlite import Migration, connect, migrate
 
 AuditDecision = Literal[
     "allowed", "denied", "unresolved", "approved", "rejected", "operator_access"
@@ -111,8 +112,11 @@ class AuditRecord(Frozen):
     """Who approved or rejected (operator decisions only)."""
 
 
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+"""The audit log's schema, version by version (``PRAGMA user_version``)."""
+
+
 def default_audit_db(home: Path | None = None) -> Path:
-    from federation.deploy.local import federation_home
 
     return (home or federation_home()) / "audit.db"
 
@@ -124,13 +128,8 @@ class AuditLog:
         self.path = Path(path) if path not in (None, ":memory:") else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        target = str(self.path) if self.path is not None else ":memory:"
-        self._db = sqlite3.connect(
-            target, check_same_thread=False, isolation_level=None, timeout=10
-        )
-        if self.path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = connect(self.path)
+        migrate(self._db, MIGRATIONS, name=f"the audit log {self.path or 'in memory'}")
         if self.path is not None:
             self.path.chmod(0o600)
         self._lock = threading.Lock()

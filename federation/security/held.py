@@ -10,7 +10,6 @@ outcome that held it.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Literal
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.model import Frozen
+from federation.core.sqlite import SchemaError, columns, connect
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
 from federation.placement.candidates import PlacementDecision
 from federation.security.policy import PolicyOutcome
@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS policy_held (
     reason TEXT
 );
 """
+HELD_SCHEMA = _SCHEMA
+"""The held-task table: a migration of the coordinator's state store, whose file it shares
+(:data:`federation.runtime.store.MIGRATIONS`); created here only for an in-memory table."""
 
 
 class HeldTask(Frozen):
@@ -103,11 +106,14 @@ class HeldTasks:
     """The held-task table (in ``path``, a SQLite file shared with the store, or memory)."""
 
     def __init__(self, path: Path | str | None = None) -> None:
-        target = str(path) if path is not None else ":memory:"
-        self._db = sqlite3.connect(
-            target, check_same_thread=False, isolation_level=None, timeout=10
-        )
-        self._db.executescript(_SCHEMA)
+        self._db = connect(path, wal=False)
+        if path is None:
+            self._db.executescript(_SCHEMA)
+        elif "task_id" not in columns(self._db, "policy_held"):
+            raise SchemaError(
+                f"{path} has no held-task table: it is not a coordinator state store "
+                "(open it with federation.runtime.store.Store first)"
+            )
         self._lock = threading.Lock()
 
     def hold(

@@ -28,7 +28,9 @@ from pathlib import Path
 from pydantic import Field
 
 from federation.core.model import Frozen
-from federation.security.policy import CallerPolicy
+from federation.core.paths import federation_home
+from federation.core.sqlite import Migration, connect, migrate
+from federation.security.caller import CallerPolicy
 
 PREFIX = "fedtok_"
 TOKEN_RE = re.compile(r"fedtok_[0-9a-f]{12}_[A-Za-z0-9_-]{20,}")
@@ -75,8 +77,11 @@ class IssuedToken(Frozen):
     created_at: datetime
 
 
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+"""The token store's schema, version by version (``PRAGMA user_version``)."""
+
+
 def default_token_db(home: Path | None = None) -> Path:
-    from federation.deploy.local import federation_home
 
     return (home or federation_home()) / "service" / "tokens.db"
 
@@ -110,8 +115,11 @@ class TokenStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
-        with self._db() as db:
-            db.executescript(_SCHEMA)
+        db = connect(self.path)
+        try:
+            migrate(db, MIGRATIONS, name=f"the token store {self.path}")
+        finally:
+            db.close()
         self.path.chmod(0o600)
 
     @contextmanager

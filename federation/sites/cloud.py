@@ -11,7 +11,7 @@ before anything is sent:
   (``python_mismatch: warn`` turns it into a logged warning);
 * a task's serialized function plus arguments fit the service's 10 MB payload limit, else
   :class:`~federation.core.errors.PayloadTooLargeError` before any request is made;
-* Globus Auth failures come out as :mod:`federation.security.globus_auth`'s clear errors.
+* Globus Auth failures come out as :mod:`federation.sites.globus_auth`'s clear errors.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from federation.core.errors import (
 from federation.core.model import Frozen
 from federation.core.spec import SiteSpec
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
-from federation.security.globus_auth import AuthSettings, auth_errors
 from federation.sites import jobtags
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
+from federation.sites.globus_auth import AuthSettings, auth_errors
 from federation.sites.jobwatch import StartListener, TaggedJobs
 
 logger = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class CloudSite(ComputeSite):
         """Status and metadata of the endpoint, cached for ``status_ttl_s``.
 
         Raises :class:`SiteUnavailableError` when the endpoint is offline or unknown, and
-        the auth errors of :func:`~federation.security.globus_auth.translate`.
+        the auth errors of :func:`~federation.sites.globus_auth.translate`.
         """
         with self._info_lock:
             info = self._info

@@ -13,35 +13,33 @@ swapped, as the field notes describe:
   milliseconds, without anyone polling.
 
 Pointing a site at a real endpoint id and a default ``Client()`` removes both seams.
+
+The seams themselves are in :mod:`federation.standin.transport`; the task and endpoint
+records in :mod:`federation.standin.records`. This module is the service's bookkeeping and
+its route table.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import globus_sdk
-import requests
 from globus_compute_common import messagepack
 from globus_compute_common.messagepack.message_types import Result, Task
 from globus_compute_sdk import Client, Executor
-from globus_compute_sdk.sdk.executor import _ResultWatcher
-from requests.adapters import BaseAdapter
-from requests.structures import CaseInsensitiveDict
 
 from federation.core.errors import SiteUnavailableError
 from federation.endpoint import protocol
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES
 from federation.standin.endpoint_link import EndpointLink
+from federation.standin.records import _Endpoint, _TaskRecord
 from federation.standin.result_watcher import InProcessResultWatcher
 from federation.standin.task_memory import (
     TaskMemory,
@@ -49,6 +47,7 @@ from federation.standin.task_memory import (
     lost_result,
     too_large_result,
 )
+from federation.standin.transport import _HTTPError, _OfflineExecutor, _ServiceAdapter
 
 __all__ = ["InProcessResultWatcher", "LocalComputeService", "StartedListener"]
 
@@ -60,32 +59,6 @@ its tasks (past it the tasks stay queued and the submission is acknowledged anyw
 
 StartedListener = Callable[[str, str | None], None]
 """Called with (task_id, slurm_job_id) when the endpoint reports a task started running."""
-
-
-@dataclass
-class _TaskRecord:
-    task_id: str
-    endpoint_id: str
-    task_group_id: str
-    status: str = "waiting-for-ep"
-    """What ``GET /v2/tasks/<id>`` reports: ``waiting-for-ep`` until the result, then
-    ``success`` or ``failed``, as the real service (its endpoints' heartbeats carry no
-    per-task status: ``GlobusComputeEngine.get_status_report`` sends ``task_statuses={}``)."""
-    result: Result | None = None
-    job_id: str | None = None
-    started_at: float | None = None
-    completed_at: float | None = None
-    delivered: bool = False
-    """The endpoint took it (until then it waits in the service's queue)."""
-    taken: threading.Event = field(default_factory=threading.Event)
-    """Set with ``delivered`` (the embedded service's acknowledgement waits on it)."""
-
-
-@dataclass
-class _Endpoint:
-    site: str
-    link: EndpointLink
-    task_ids: set[str] = field(default_factory=set)
 
 
 class LocalComputeService:
@@ -560,12 +533,6 @@ class LocalComputeService:
         return bool(reply.get("ok")), str(reply.get("reason", ""))
 
 
-class _HTTPError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-
-
 _UUID = r"([0-9a-fA-F-]{36})"
 _ROUTES: Mapping[tuple[str, re.Pattern[str]], Callable[..., Any]] = {
     ("GET", re.compile(r"/v2/version")): LocalComputeService._version,
@@ -577,47 +544,3 @@ _ROUTES: Mapping[tuple[str, re.Pattern[str]], Callable[..., Any]] = {
     ("POST", re.compile(r"/v2/batch_status")): LocalComputeService._batch_status,
     ("GET", re.compile(rf"/v2/taskgroup/{_UUID}")): LocalComputeService._task_group,
 }
-
-
-class _ServiceAdapter(BaseAdapter):
-    """A ``requests`` transport adapter that answers from a :class:`LocalComputeService`."""
-
-    def __init__(self, service: LocalComputeService) -> None:
-        super().__init__()
-        self.service = service
-
-    def send(self, request: requests.PreparedRequest, *_: Any, **__: Any) -> requests.Response:
-        path = urlparse(request.url or "").path.rstrip("/")
-        raw = request.body
-        if raw is not None and not isinstance(raw, str | bytes):
-            return self._response(request, 400, {"message": "streamed bodies are not supported"})
-        body = json.loads(raw) if raw else None
-        status, payload = self.service.handle(str(request.method), path, body)
-        return self._response(request, status, payload)
-
-    @staticmethod
-    def _response(
-        request: requests.PreparedRequest, status: int, payload: Any
-    ) -> requests.Response:
-        resp = requests.Response()
-        resp.status_code = status
-        resp._content = json.dumps(payload).encode()
-        resp.headers = CaseInsensitiveDict({"Content-Type": "application/json"})
-        resp.url = request.url or ""
-        resp.request = request
-        resp.encoding = "utf-8"
-        return resp
-
-    def close(self) -> None:
-        pass
-
-
-class _OfflineExecutor(Executor):  # type: ignore[misc]
-    """``globus_compute_sdk.Executor`` with its result watcher supplied by the service."""
-
-    def __init__(self, service: LocalComputeService, **kwargs: Any) -> None:
-        self._service = service
-        super().__init__(**kwargs)
-
-    def _get_result_watcher(self) -> _ResultWatcher:
-        return self._service.watcher_for(self.task_group_id, self.client)

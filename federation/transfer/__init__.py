@@ -1,6 +1,8 @@
-"""move_data: transfers between site storage, over Globus Transfer or local copies."""
+"""move_data: transfers between site storage, over Globus Transfer or local copies.
 
-from federation.runtime.transfers import TransferHandle, TransferManager
+The backends only; transfers in flight (``TransferManager``, ``TransferHandle``) are the
+runtime's: :mod:`federation.runtime.transfers`."""
+
 from federation.transfer.backend import Reporter, TransferBackend
 from federation.transfer.globus import GlobusCollection, GlobusTransferBackend
 from federation.transfer.local import LocalCopyBackend
@@ -20,8 +22,6 @@ __all__ = [
     "Reporter",
     "SyncLevel",
     "TransferBackend",
-    "TransferHandle",
-    "TransferManager",
     "TransferRequest",
     "TransferState",
     "TransferStatus",

@@ -13,10 +13,12 @@ from rich.table import Table
 
 from federation.core.errors import FederationError
 from federation.core.snapshot import FederationSnapshot
+from federation.interfaces.cli.config import config_app
 from federation.interfaces.cli.policy import register as register_policy
 from federation.interfaces.cli.service import register as register_service
 from federation.interfaces.cli.sites import sites_app
 from federation.interfaces.cli.tasks import register as register_tasks
+from federation.interfaces.mcp_cli import mcp_command
 
 app = typer.Typer(
     help="Agentic control of federated HPC resources (Globus Compute + Slurm).",
@@ -24,7 +26,9 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(sites_app, name="sites")
-register_service(app)  # serve, mcp, token
+app.add_typer(config_app, name="config")
+register_service(app)  # serve, token
+app.command("mcp")(mcp_command)  # the MCP server (federation-mcp is the same command)
 register_tasks(app)  # draft, submit, group, move, result, watch
 register_policy(app)  # policy show|check|set|list|approve|reject|audit
 
@@ -198,7 +202,7 @@ def login(
 ) -> None:
     """Log in to Globus (user: native-app flow here; client_credentials: fetch tokens)."""
     from federation.deploy.config import load_config
-    from federation.security.globus_auth import login as globus_login
+    from federation.sites.globus_auth import login as globus_login
 
     settings = load_config(config).auth
     servers = globus_login(settings, force=force, extra_scopes=scope or None)
@@ -215,17 +219,24 @@ def main() -> None:
     from federation.core.errors import FederationError
 
     try:
-        app(standalone_mode=False)
+        # without standalone mode click returns a typer.Exit's code instead of exiting
+        code = app(standalone_mode=False)
     except FederationError as e:
         Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except click.exceptions.ClickException as e:
-        e.show()
+    except (click.exceptions.ClickException, typer.TyperException) as e:
+        # typer >= 0.20 raises its own (vendored) click's exceptions, not click's
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            typer.echo(f"Error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""CLI pieces for the service: ``serve``, ``mcp``, ``token issue|revoke|list``.
+"""CLI pieces for the service: ``serve``, ``token issue|revoke|list``.
 
-Mounted into the main CLI with :func:`register` (or piece by piece: ``serve_command``,
-``mcp_command`` as commands, ``token_app`` as the ``token`` group).
+Mounted into the main CLI with :func:`register` (or piece by piece: ``serve_command`` as a
+command, ``token_app`` as the ``token`` group). ``federation mcp`` is
+:mod:`federation.interfaces.mcp_cli`'s.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def serve_command(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="serve the sites of this federation.yaml (local and Globus cloud sites) "
-            "instead of the embedded local federation",
+            envvar="FEDERATION_CONFIG",
+            help="serve the sites of this federation.yaml (local and Globus cloud sites), "
+            "durable, instead of the embedded local federation ($FEDERATION_CONFIG)",
             show_default=False,
         ),
     ] = None,
@@ -85,51 +87,6 @@ def serve_command(
         )
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--config") from e
-
-
-def mcp_command(
-    transport: Annotated[str, typer.Option(help="stdio or http")] = "stdio",
-    host: Annotated[str, typer.Option(help="HTTP transport: bind address")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="HTTP transport: port")] = 8766,
-    home: HomeOpt = None,
-    site: SiteOpt = None,
-    no_up: Annotated[bool, typer.Option("--no-up", help="do not bring the sites up")] = False,
-    service: Annotated[
-        str | None, typer.Option(help="use the HTTP service at this URL, not a local one")
-    ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="FEDERATION_TOKEN", help="bearer token for --service", show_default=False
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            envvar="FEDERATION_CONFIG",
-            help="federation.yaml: act on the sites it names ($FEDERATION_CONFIG); default: "
-            "the embedded local federation",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    """Serve the federation as MCP tools for agents (stdio by default)."""
-    if transport not in ("stdio", "http"):
-        raise typer.BadParameter("use stdio or http", param_hint="--transport")
-    from federation.interfaces.mcp_server import run
-
-    run(
-        transport=transport,
-        host=host,
-        port=port,
-        home=home,
-        sites=site or None,
-        bring_up=not no_up,
-        service=service,
-        token=token,
-        config=config,
-    )
 
 
 def _store(home: Path | None) -> TokenStore:
@@ -190,7 +147,6 @@ def token_list(
 
 
 def register(app: typer.Typer) -> None:
-    """Mount ``serve``, ``mcp`` and ``token ...`` on ``app``."""
+    """Mount ``serve`` and ``token ...`` on ``app``."""
     app.command("serve")(serve_command)
-    app.command("mcp")(mcp_command)
     app.add_typer(token_app, name="token")

@@ -1,5 +1,6 @@
 """``federation sites up|down|status``: the local sites, each a real Slurm cluster served by
-its own Globus Compute endpoint process."""
+its own Globus Compute endpoint process; ``federation sites generate-configs``: every site's
+Globus Compute endpoint configuration, generated from its ``site.yaml``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from federation.deploy.local import LocalSites
 
 sites_app = typer.Typer(
-    help="Run the project's sites as real Slurm clusters on this machine.",
+    help="Run the project's sites as real Slurm clusters on this machine, and generate "
+    "their endpoint configs.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -120,3 +122,40 @@ def status(
     for d in services:
         mark = f"[green]running[/green] (pid {d.pid})" if d.running else "[red]stopped[/red]"
         console.print(f"{d.name}: {mark}  log {d.log_file}", highlight=False)
+
+
+@sites_app.command("generate-configs")
+def generate_configs(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[SITES]...", help="sites (default: all)", show_default=False),
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder of the site folders (default: the repository's endpoint_configs/)",
+            show_default=False,
+        ),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="only report stale files; exit 1 if any")
+    ] = False,
+) -> None:
+    """Regenerate endpoint_configs/<site>/{config.yaml,user_config_template.yaml.j2,
+    user_config_schema.json} from each site.yaml."""
+    from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+    from federation.sites.endpoint_config import stale_files, write_site_configs
+
+    base = root if root is not None else ENDPOINT_CONFIGS
+    stale: list[Path] = []
+    for name in names or site_names(base):
+        site = load_site(name, base)
+        out = base / name
+        if check:
+            stale += stale_files(site, out)
+        else:
+            for path in write_site_configs(site, out):
+                print(path)
+    for path in stale:
+        print(f"stale: {path} (run federation sites generate-configs)", file=sys.stderr)
+    raise typer.Exit(1 if stale else 0)

@@ -2,7 +2,8 @@
 
 ``FederatedExecutor.submit(fn, *args)`` places ``fn`` within a resource envelope (given, or
 drafted from hints or from the function's name and docstring), ships it through the
-coordinator and returns a :class:`TaskFuture`: a real ``concurrent.futures.Future`` that
+coordinator in the background and returns a :class:`TaskFuture` at once: a real
+``concurrent.futures.Future`` that
 completes with the function's return value, or with :class:`~federation.core.errors.TaskFailedError`
 carrying the remote traceback. ``map``, ``as_completed``, ``wait`` and ``with`` blocks work as
 for any executor.
@@ -19,8 +20,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,18 +27,24 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from pydantic import ValidationError
 
-from federation.core.envelope import ResourceEnvelope, Shape
-from federation.core.errors import SerializationError, TaskFailedError
+from federation.core.envelope import ResourceEnvelope
+from federation.core.errors import SerializationError
 from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import PythonTask
+from federation.interfaces.jupyter.frames import (
+    envelope_frame,
+    envelope_rows,
+    events_frame,
+    partitions_table,
+    tasks_frame,
+)
+from federation.interfaces.jupyter.future import TaskFuture
+from federation.interfaces.jupyter.placement import Placement
 from federation.interfaces.jupyter.remote import NotCataloguedError, RemoteTaskFuture, catalog_name
 from federation.interfaces.service.client import EventStream, ServiceClient
-from federation.interfaces.service.models import TaskStatus
-from federation.placement.candidates import PlacementDecision
 from federation.placement.drafting import EnvelopeDraft, TaskHints
 from federation.runtime.coordinator import Coordinator
-from federation.runtime.events import Event, EventCallback
-from federation.runtime.handles import TaskHandle, TaskResult
+from federation.runtime.handles import TaskHandle
 
 if TYPE_CHECKING:
     from federation.deploy.connect import Connection
@@ -62,194 +67,6 @@ __all__ = [
 
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a task was placed: site, partition and the granted shape."""
-
-    site: str
-    partition: str
-    shape: Shape
-    predicted_wait_s: float
-
-    def __str__(self) -> str:
-        return self.shape.describe()
-
-
-class TaskFuture(Future[Any]):
-    """A ``concurrent.futures.Future`` for one federated task.
-
-    It is *running* once the task's Slurm job has picked it up (``task.started``), and done
-    when the task completed (``result()`` is the return value), failed (``exception()`` is a
-    :class:`TaskFailedError` with the remote traceback), or was cancelled before it started.
-    """
-
-    def __init__(self, coordinator: Coordinator) -> None:
-        super().__init__()
-        self._coordinator = coordinator
-        self._handle: TaskHandle | None = None
-        self._early: list[Event] = []
-        self._attach_lock = threading.Lock()
-        self._cancel_requested = False
-        self._event_callbacks: list[Callable[[Event], None]] = []
-
-    # --- wiring (called by the executor) --------------------------------------------------
-    def _on_event(self, ev: Event) -> None:
-        """The coordinator's ``on_event`` hook: subscribed before submission, so no event
-        can be missed; events that arrive before the handle is known are replayed."""
-        with self._attach_lock:
-            if self._handle is None:
-                self._early.append(ev)
-                return
-        self._apply(ev)
-
-    def _attach(self, handle: TaskHandle) -> None:
-        with self._attach_lock:
-            self._handle = handle
-            early, self._early = self._early, []
-        for ev in early:
-            self._apply(ev)
-
-    def _apply(self, ev: Event) -> None:
-        for deliver in list(self._event_callbacks):  # before the future settles
-            deliver(ev)
-        if ev.kind == "task.started":
-            if not self.done():
-                self.set_running_or_notify_cancel()
-        elif ev.kind in ("task.completed", "task.failed"):
-            self._settle()
-
-    def _settle(self) -> None:
-        h = self.handle
-        try:
-            if h.state == "completed":
-                self.set_result(h.value)
-                return
-            error = h.error or "failed"
-            cancelling = self._cancel_requested or error.startswith("cancelled")
-            if cancelling and Future.cancel(self):
-                self.set_running_or_notify_cancel()
-                return
-            self.set_exception(
-                TaskFailedError(
-                    f"task {h.id} ({h.label}) failed on {h.site}/{h.partition}: {error}",
-                    h.remote_traceback,
-                )
-            )
-        except concurrent.futures.InvalidStateError:
-            pass  # already settled (e.g. cancelled while the result was on its way)
-
-    # --- identity and provenance ----------------------------------------------------------
-    @property
-    def handle(self) -> TaskHandle:
-        """The coordinator's live handle of this task."""
-        if self._handle is None:
-            raise RuntimeError("the task has not been submitted yet")
-        return self._handle
-
-    @property
-    def task_id(self) -> str:
-        """The coordinator's task id (also in every event's ``task_id``)."""
-        return self.handle.id
-
-    @property
-    def compute_task_id(self) -> str | None:
-        """The Globus Compute task id (None until the service has accepted the task)."""
-        return self.handle.compute_task_id
-
-    @property
-    def label(self) -> str:
-        return self.handle.label
-
-    @property
-    def decision(self) -> PlacementDecision:
-        return self.handle.decision
-
-    @property
-    def envelope(self) -> ResourceEnvelope:
-        return self.handle.envelope
-
-    @property
-    def placement(self) -> Placement:
-        d = self.handle.decision.chosen
-        return Placement(d.site, d.partition, d.shape, d.predicted_wait_s)
-
-    @property
-    def state(self) -> str:
-        """``queued``, ``running``, ``completed``, ``failed`` or ``cancelled``."""
-        return "cancelled" if self.cancelled() else self.handle.state
-
-    @property
-    def slurm_job_id(self) -> str | None:
-        return self.handle.slurm_job_id
-
-    @property
-    def events(self) -> list[Event]:
-        """This task's events so far, in order."""
-        return self._coordinator.events.history(self.task_id)
-
-    def add_event_callback(self, callback: EventCallback) -> None:
-        """Call ``callback(event)`` for each of this task's events (past ones first).
-
-        A terminal event reaches the callback before the future is done, so whoever waits
-        on the future sees what its callbacks did.
-        """
-        handle = self.handle
-        lock = threading.Lock()
-        last = [0]
-
-        def deliver(ev: Event) -> None:
-            with lock:  # the replay below and live events, each once and in order
-                if ev.seq <= last[0]:
-                    return
-                last[0] = ev.seq
-                try:
-                    callback(ev)
-                except Exception:
-                    logger.exception("event callback %r failed on %s", callback, ev.kind)
-
-        with lock:
-            with self._attach_lock:
-                self._event_callbacks.append(deliver)
-            past = self._coordinator.events.history(handle.id)
-            for ev in past:
-                if ev.seq > last[0]:
-                    last[0] = ev.seq
-                    try:
-                        callback(ev)
-                    except Exception:
-                        logger.exception("event callback %r failed on %s", callback, ev.kind)
-
-    def explain(self) -> str:
-        """The placement decision trace: why this site, why not each other one."""
-        return self.decision.explain()
-
-    def manifest(self, timeout: float | None = None) -> TaskResult:
-        """The result manifest (value, site, shape, Slurm job id, times, events)."""
-        concurrent.futures.wait([self], timeout)
-        return self.handle.manifest()
-
-    # --- cancellation ---------------------------------------------------------------------
-    def cancel(self) -> bool:
-        """Cancel the task if its job has not started; False if it is running or done."""
-        if self.done():
-            return self.cancelled()
-        if self.running() or self._handle is None:
-            return False
-        self._cancel_requested = True
-        if not self._coordinator.cancel(self._handle):
-            self._cancel_requested = False
-            return False
-        # The coordinator reported the cancellation as an event; make sure we settled.
-        if not self.done() and Future.cancel(self):
-            self.set_running_or_notify_cancel()
-        return self.cancelled()
-
-    def __repr__(self) -> str:
-        if self._handle is None:
-            return "<TaskFuture (not submitted)>"
-        return f"<TaskFuture {self.label} {self.state} at {self.placement} id={self.task_id}>"
 
 
 class FederatedExecutor(concurrent.futures.Executor):
@@ -323,6 +140,8 @@ class FederatedExecutor(concurrent.futures.Executor):
         self._drafts: dict[tuple[str, str], EnvelopeDraft] = {}
         self._catalog: list[Any] | None = None
         self._lock = threading.Lock()
+        self._placer: concurrent.futures.ThreadPoolExecutor | None = None
+        """The placement thread (one task at a time, in submission order), made on first use."""
         self._shutdown = False
         self._closed = False
 
@@ -355,26 +174,46 @@ class FederatedExecutor(concurrent.futures.Executor):
 
         The envelope is, in order: ``envelope``; drafted from ``hints``; the executor's
         envelope; drafted from the executor's hints; drafted from the function's name and
-        docstring. Placement errors (:class:`~federation.core.errors.NoFeasibleSiteError`,
-        :class:`~federation.core.errors.SerializationError`) are raised here, before anything runs.
+        docstring. Drafting, probing the sites, placing and shipping happen on the
+        executor's placement thread (one task after the other, in submission order); a
+        placement error (:class:`~federation.core.errors.NoFeasibleSiteError`,
+        :class:`~federation.core.errors.SerializationError`, ...) is the future's exception,
+        and nothing runs. ``fut.placement`` (and the other provenance) waits for the
+        placement; ``fut.wait_placed()`` waits without raising.
+
+        Against a service, the service places the task: this sends it (one HTTP request)
+        and raises a refusal here.
         """
+        th = _hints(hints)  # a malformed hints dict is refused here, before anything
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
         if self._client is not None:
-            return self._submit_remote(self._client, fn, args, kwargs, envelope, hints)
+            return self._submit_remote(self._client, fn, args, kwargs, envelope, th)
         if isinstance(fn, str):
             raise TypeError(
                 f"submit({fn!r}): names are for a coordinator service; pass the function"
             )
-        env = self.envelope_for(fn, envelope=envelope, hints=hints)
-        fut = TaskFuture(self.coordinator)
-        snap = self.coordinator.snapshot(max_age_s=self.snapshot_max_age_s)
-        handle = self.coordinator.submit_task(
-            PythonTask(fn, tuple(args), dict(kwargs)), env, on_event=fut._on_event, snapshot=snap
-        )
-        fut._attach(handle)
+        coord = self.coordinator
+        fut = TaskFuture(coord)
+        task = PythonTask(fn, tuple(args), dict(kwargs))
+
+        def prepare() -> tuple[ResourceEnvelope, FederationSnapshot]:
+            env = self.envelope_for(fn, envelope=envelope, hints=th)
+            return env, coord.snapshot(max_age_s=self.snapshot_max_age_s)
+
+        def ship(prepared: tuple[ResourceEnvelope, FederationSnapshot]) -> TaskHandle:
+            env, snap = prepared
+            return coord.submit_task(task, env, on_event=fut._on_event, snapshot=snap)
+
         with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if self._placer is None:
+                self._placer = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="federated-executor-place"
+                )
+            self._placer.submit(fut._place, prepare, ship)
             self._futures.append(fut)
         return fut
 
@@ -486,11 +325,13 @@ class FederatedExecutor(concurrent.futures.Executor):
                     f.cancel()
         if wait:
             concurrent.futures.wait(futures)
+            self._stop_placer()
             self._close()
         elif self._conn is not None or self._client is not None:
 
             def close_when_done() -> None:
                 concurrent.futures.wait(futures)
+                self._stop_placer()
                 self._close()
 
             t = threading.Thread(
@@ -499,6 +340,13 @@ class FederatedExecutor(concurrent.futures.Executor):
                 daemon=True,
             )
             t.start()
+        elif self._placer is not None:
+            self._placer.shutdown(wait=False)
+
+    def _stop_placer(self) -> None:
+        """Wait for the placement thread to finish (a cancelled task's probe included)."""
+        if self._placer is not None:
+            self._placer.shutdown(wait=True)
 
     def _close(self) -> None:
         with self._lock:
@@ -525,8 +373,11 @@ class FederatedExecutor(concurrent.futures.Executor):
         return partitions_table(snap or self.inspect())
 
     def history(self, futures: Iterable[TaskFuture] | None = None) -> pd.DataFrame:
-        """Every event of this executor's tasks (or of ``futures``), one row each."""
-        futs = list(self.futures if futures is None else futures)
+        """Every event of this executor's tasks (or of ``futures``), one row each.
+
+        Waits for tasks still being placed; tasks never submitted (placement refused,
+        cancelled first) have no events."""
+        futs = [f for f in (self.futures if futures is None else futures) if _submitted(f)]
         ids = {f.task_id for f in futs}
         labels = {f.task_id: f.label for f in futs}
         if self._client is not None:
@@ -536,8 +387,10 @@ class FederatedExecutor(concurrent.futures.Executor):
         return events_frame(events, labels)
 
     def tasks(self, futures: Iterable[TaskFuture] | None = None) -> pd.DataFrame:
-        """One row per task: placement, predicted vs actual wait, runtime, state, job id."""
-        futs = self.futures if futures is None else futures
+        """One row per task: placement, predicted vs actual wait, runtime, state, job id.
+
+        Waits for tasks still being placed; tasks never submitted have no row."""
+        futs = [f for f in (self.futures if futures is None else futures) if _submitted(f)]
         return tasks_frame([f.handle if isinstance(f, TaskFuture) else f.status() for f in futs])
 
     def telemetry(self, since: datetime | None = None) -> pd.DataFrame:
@@ -572,155 +425,6 @@ def _hints(hints: HintsLike | None) -> TaskHints | None:
     return TaskHints.model_validate(dict(hints))
 
 
-# --- DataFrames that read well in a notebook -------------------------------------------------
-def _utc_naive(series: pd.Series) -> pd.Series:
-    s = pd.to_datetime(series, utc=True)
-    return s.dt.tz_convert(None).dt.floor("ms")
-
-
-def partitions_table(snap: FederationSnapshot) -> pd.DataFrame:
-    """``partitions_frame`` with readable column names and units, indexed by site/partition."""
-    rows = []
-    for s in snap.sites:
-        status = "ok" if s.health.reachable else f"down: {s.health.error}"
-        for p in s.partitions:
-            gt = sum(p.gpus_total_by_type.values())
-            rows.append(
-                {
-                    "site": s.site,
-                    "partition": p.partition,
-                    "status": status if p.state == "up" else p.state,
-                    "nodes": p.nodes_total,
-                    "CPUs idle": p.cpus_idle,
-                    "CPUs total": p.cpus_total,
-                    "GPUs idle": sum(p.gpus_idle_by_type.values()),
-                    "GPUs total": gt,
-                    "GPU type": ",".join(sorted(p.gpus_total_by_type)) or "-",
-                    "memory free (GB)": round(p.mem_gb_total - p.mem_gb_alloc, 1),
-                    "memory total (GB)": round(p.mem_gb_total, 1),
-                    "jobs running": p.jobs_running,
-                    "jobs pending": p.jobs_pending,
-                    "max walltime (h)": None if p.max_time_s is None else p.max_time_s / 3600,
-                    "probe age (s)": round(s.health.probe_age_s, 2),
-                }
-            )
-        if not s.partitions:
-            rows.append({"site": s.site, "partition": "-", "status": status})
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return frame
-    return frame.set_index(["site", "partition"])
-
-
-def events_frame(events: Sequence[Event], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One row per event: time (UTC), seconds since the first, task, event, site, details."""
-    labels = labels or {}
-    columns = ["seq", "time (UTC)", "t (s)", "task", "task id", "event", "site", "details"]
-    if not events:
-        return pd.DataFrame(columns=columns)
-    t0 = min(e.at for e in events)
-    rows = [
-        {
-            "seq": e.seq,
-            "time (UTC)": e.at,
-            "t (s)": round((e.at - t0).total_seconds(), 2),
-            "task": labels.get(e.task_id, ""),
-            "task id": e.task_id[:8],
-            "event": e.kind.removeprefix("task."),
-            "site": e.site or "",
-            "details": ", ".join(f"{k}={v}" for k, v in e.detail.items()),
-        }
-        for e in events
-    ]
-    frame = pd.DataFrame(rows, columns=columns)
-    frame["time (UTC)"] = _utc_naive(frame["time (UTC)"])
-    return frame.set_index("seq")
-
-
-def tasks_frame(tasks: Sequence[TaskHandle | TaskResult | TaskStatus]) -> pd.DataFrame:
-    """One row per task: where it ran, predicted and actual wait, runtime and outcome."""
-    rows = []
-    for t in tasks:
-        if isinstance(t, TaskHandle):
-            task_id, state = t.id, t.state
-            started, completed, submitted = t.started_at, t.completed_at, t.submitted_at
-            job, error, compute_id = t.slurm_job_id, t.error, t.compute_task_id
-        elif isinstance(t, TaskStatus):
-            task_id, state = t.task_id, t.state
-            started, completed, submitted = t.started_at, t.completed_at, t.submitted_at
-            job, compute_id = t.slurm_job_id, t.compute_task_id
-            error = t.result.error if t.result is not None else None
-        else:
-            task_id, state = t.task_id, t.status
-            started, completed, submitted = t.started_at, t.completed_at, t.submitted_at
-            job, error, compute_id = t.slurm_job_id, t.error, t.compute_task_id
-        wait = None if started is None else max(0.0, (started - submitted).total_seconds())
-        run = None
-        if completed is not None:
-            run = (completed - (started or submitted)).total_seconds()
-        shape = t.decision.chosen.shape
-        rows.append(
-            {
-                "task": t.label,
-                "task id": task_id[:8],
-                "state": state,
-                "site": shape.site,
-                "partition": shape.partition,
-                "CPUs": shape.cpus,
-                "memory (GB)": shape.mem_gb,
-                "GPUs": shape.gpus,
-                "GPU type": shape.gpu_type or "-",
-                "predicted wait (s)": round(t.decision.chosen.predicted_wait_s, 1),
-                "queue wait (s)": None if wait is None else round(wait, 1),
-                "runtime (s)": None if run is None else round(run, 1),
-                "Slurm job": job or "",
-                "Globus Compute task": compute_id or "",
-                "error": error or "",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-_BOUNDS = (
-    ("cpus", "cpus_min", "cpus_max", ""),
-    ("gpus", "gpus_min", "gpus_max", ""),
-    ("mem_gb", "mem_gb_min", "mem_gb_max", " GB"),
-)
-
-
-def envelope_rows(env: ResourceEnvelope) -> list[tuple[str, str]]:
-    """(bound, value) pairs of an envelope, ranges joined (``cpus: 16-64``)."""
-    rows = []
-    for name, lo, hi, unit in _BOUNDS:
-        lo_v, hi_v = getattr(env, lo), getattr(env, hi)
-        same = hi_v is None or hi_v == lo_v
-        rows.append((name, f"{lo_v:g}{unit}" if same else f"{lo_v:g}-{hi_v:g}{unit}"))
-    rows.append(("nodes", str(env.nodes)))
-    rows.append(("walltime_s", f"{env.walltime_s} s ({env.walltime_s / 3600:.2g} h)"))
-    for name in ("gpu_types", "gpu_mem_gb_min", "arch", "sites", "partitions", "account"):
-        v = getattr(env, name)
-        if v:
-            rows.append(
-                (
-                    name,
-                    ", ".join(v)
-                    if isinstance(v, tuple)
-                    else f"{v:g}"
-                    if isinstance(v, float)
-                    else str(v),
-                )
-            )
-    return rows
-
-
-def envelope_frame(draft: EnvelopeDraft | ResourceEnvelope) -> pd.DataFrame:
-    """An envelope's bounds with the rationale for each, indexed by bound."""
-    env = draft.envelope if isinstance(draft, EnvelopeDraft) else draft
-    why = env.rationale
-    rows = []
-    for bound, value in envelope_rows(env):
-        key = bound.removesuffix("_min")
-        rows.append(
-            {"bound": bound, "value": value, "rationale": why.get(bound) or why.get(key) or ""}
-        )
-    return pd.DataFrame(rows).set_index("bound")
+def _submitted(fut: TaskFuture | RemoteTaskFuture) -> bool:
+    """True if the coordinator has the task (waits for a placement in progress)."""
+    return not isinstance(fut, TaskFuture) or fut._placed_handle() is not None

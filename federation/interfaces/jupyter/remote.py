@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from federation.core.errors import FederationError, TaskFailedError
+from federation.interfaces.jupyter.placement import Placement
 from federation.interfaces.service.client import EventStream, ServiceClient
 from federation.interfaces.service.models import SubmitResponse, TaskStatus
 from federation.placement.candidates import PlacementDecision
@@ -133,9 +134,7 @@ class RemoteTaskFuture(Future[Any]):
         return self.submission.decision
 
     @property
-    def placement(self) -> Any:
-        from federation.interfaces.jupyter.executor import Placement
-
+    def placement(self) -> Placement:
         d = self.submission
         return Placement(d.site, d.partition, d.shape, d.predicted_wait_s)
 

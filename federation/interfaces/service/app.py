@@ -16,8 +16,9 @@ from typing import Annotated, Any, Literal
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,8 +54,8 @@ MAX_BODY_BYTES = 1_000_000
 MAX_LONG_POLL_S = 30.0
 DEFAULT_LONG_POLL_S = 20.0
 STREAM_HEARTBEAT_S = 15.0
-"""An event stream with nothing to say sends an SSE comment this often (keeps proxies and
-clients from timing it out, and finds clients that went away)."""
+"""An event stream sends an SSE comment (``: keep-alive``) this often, whatever else it
+sends (keeps proxies and clients from timing it out, and finds clients that went away)."""
 PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `federation token issue`")
@@ -200,38 +201,33 @@ def _validation_body(exc: RequestValidationError) -> ErrorBody:
 
 async def _sse(
     ops: LocalOps,
-    request: Request,
     after: int,
     task_ids: Sequence[str] | None,
     kinds: Sequence[str] | None,
     caller: str,
-) -> AsyncIterator[str]:
-    """The SSE body: events as they are emitted, a comment line when there are none.
+) -> AsyncIterator[ServerSentEvent]:
+    """The SSE messages: events as they are emitted.
 
-    When the client goes away, the wait in progress ends within one slice
-    (:data:`~federation.interfaces.service.ops.WAIT_SLICE_S`) and the stream with it."""
+    The first message is a comment with ``id:`` set to the starting cursor, so a client that
+    drops before any event arrives still resumes from the right place. Keep-alives are
+    :class:`~sse_starlette.EventSourceResponse` pings (comments); when the client goes away
+    the response cancels this generator, and the wait in progress ends within one slice
+    (:data:`~federation.interfaces.service.ops.WAIT_SLICE_S`)."""
     cursor = after
-    yield f": federation events after {cursor}\n\n"
+    yield ServerSentEvent(comment=f"federation events after {cursor}", id=str(cursor))
     while True:
         try:
-            page = await ops.events(
-                cursor,
-                task_ids,
-                kinds,
-                STREAM_HEARTBEAT_S,
-                abandoned=request.is_disconnected,
-                caller=caller,
-            )
+            page = await ops.events(cursor, task_ids, kinds, STREAM_HEARTBEAT_S, caller=caller)
         except OpsError as e:
-            yield f"event: error\ndata: {e.body.model_dump_json()}\n\n"
+            yield ServerSentEvent(event="error", data=e.body.model_dump_json())
             return
         for ev in page.events:
-            yield f"id: {ev.seq}\nevent: {ev.kind}\ndata: {ev.model_dump_json()}\n\n"
+            yield ServerSentEvent(id=str(ev.seq), event=ev.kind, data=ev.model_dump_json())
         cursor = page.cursor
-        if not page.events:
-            if await request.is_disconnected():
-                return
-            yield ": keep-alive\n\n"
+
+
+def _keep_alive() -> ServerSentEvent:
+    return ServerSentEvent(comment="keep-alive")
 
 
 def create_app(
@@ -374,7 +370,7 @@ def create_app(
     @app.get(
         "/v1/events/stream",
         dependencies=auth,
-        response_class=StreamingResponse,
+        response_class=EventSourceResponse,
         responses={200: {"content": {"text/event-stream": {}}}},
     )
     async def event_stream(
@@ -386,7 +382,7 @@ def create_app(
         kinds: Annotated[
             list[str] | None, Query(description="only these kinds (repeat or comma-separate)")
         ] = None,
-    ) -> StreamingResponse:
+    ) -> EventSourceResponse:
         """Server-sent events: every matching event of yours after ``after`` as it happens.
 
         Each message has ``id:`` (the event's seq: its place in your own event log), ``event:``
@@ -397,10 +393,12 @@ def create_app(
         kind_list = parse_kinds(kinds)
         who = caller(request)
         local.check_event_filter(task_id, kind_list, who)  # 404/422 before the stream starts
-        return StreamingResponse(
-            _sse(local, request, start, task_id, kind_list, who),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        return EventSourceResponse(
+            _sse(local, start, task_id, kind_list, who),
+            headers={"Cache-Control": "no-cache"},
+            ping=STREAM_HEARTBEAT_S,
+            ping_message_factory=_keep_alive,
+            sep="\n",
         )
 
     @app.get("/v1/events", dependencies=auth)

@@ -10,10 +10,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
+from httpx_sse import ServerSentEvent, SSEError, connect_sse
 from pydantic import TypeAdapter
 
 from federation.core.snapshot import FederationSnapshot
@@ -190,8 +191,9 @@ class ServiceClient:
         A dropped connection is re-opened from the last event seen (``Last-Event-ID``), up
         to ``reconnects`` times in a row; then :class:`OpsError` ``service_unreachable``.
         Refusals (unknown ids, bad kinds, bad token) raise at once. Close the generator to
-        stop, or set ``stop`` (checked at every line, keep-alives included: at least every
-        15 s); ``on_response`` gets each open response.
+        stop, or set ``stop`` (checked at every message, keep-alives included: at least every
+        15 s); ``on_response`` gets each open response. The stream is read with
+        ``httpx-sse``; :func:`decode_event` turns its messages into events.
         """
         cursor = after
         failures = 0
@@ -203,23 +205,30 @@ class ServiceClient:
         timeout = httpx.Timeout(self._timeout, read=STREAM_READ_TIMEOUT_S)
         while stop is None or not stop.is_set():
             try:
-                with self._client.stream(
+                with connect_sse(
+                    self._client,
                     "GET",
                     "/v1/events/stream",
                     params=params | {"after": cursor},
-                    headers={"Last-Event-ID": str(cursor), "Accept": "text/event-stream"},
+                    headers={"Last-Event-ID": str(cursor)},
                     timeout=timeout,
-                ) as r:
+                ) as source:
+                    r = source.response
                     if r.status_code >= 400:
                         r.read()
                         self._raise_for(r)
                     if on_response is not None:
                         on_response(r)
-                    for ev in parse_sse(_until(r.iter_lines(), stop)):
+                    for sse in source.iter_sse():
+                        if stop is not None and stop.is_set():
+                            return
+                        ev = decode_event(sse)
+                        if ev is None:  # the opening message, or a keep-alive
+                            continue
                         failures = 0
                         cursor = max(cursor, ev.seq)
                         yield ev
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, SSEError) as e:
                 failures += 1
                 if failures > reconnects:
                     raise OpsError(
@@ -241,34 +250,17 @@ def _task_body(req: TaskRequest) -> dict[str, Any]:
     return body
 
 
-def _until(lines: Iterator[str], stop: threading.Event | None) -> Iterator[str]:
-    for line in lines:
-        if stop is not None and stop.is_set():
-            return
-        yield line
+def decode_event(sse: ServerSentEvent) -> Event | None:
+    """The event an SSE message carries; ``None`` for one without data (the stream's opening
+    message, and each keep-alive once an id has been seen).
 
-
-def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
-    """Events from the lines of a ``text/event-stream`` body (comments are skipped)."""
-    kind, data = "", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                payload = "\n".join(data)
-                if kind == "error":
-                    body = ErrorBody.model_validate_json(payload)
-                    raise OpsError(503, body.error, body.message, body.hint, body.details)
-                yield Event.model_validate_json(payload)
-            kind, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            kind = value
-        elif field == "data":
-            data.append(value)
+    An ``error`` message (the service refused to go on) raises :class:`OpsError`."""
+    if not sse.data:
+        return None
+    if sse.event == "error":
+        body = ErrorBody.model_validate_json(sse.data)
+        raise OpsError(503, body.error, body.message, body.hint, body.details)
+    return Event.model_validate_json(sse.data)
 
 
 class EventStream:

@@ -1,0 +1,103 @@
+"""``squeue --json`` (21.08 openapi v0.0.37 through data_parser v0.0.4x) -> :class:`JobRecord`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from federation.core.errors import ParseError
+from federation.core.snapshot import JobRecord
+from federation.parsing.common import json_int, json_number, json_objects, json_str
+from federation.parsing.hostlist import expand_hostlist
+from federation.parsing.squeue_fields import _NO_NODES, _gpus
+from federation.parsing.states import parse_job_state
+from federation.parsing.times import epoch, parse_memory
+
+__all__ = ["parse_squeue_json"]
+
+
+def _json_job_id(j: Mapping[str, Any]) -> str:
+    job_id = json_int(j.get("job_id"))
+    if job_id is None:
+        raise ParseError("squeue JSON: job without job_id")
+    array_job = json_int(j.get("array_job_id")) or 0
+    if array_job:
+        task = json_int(j.get("array_task_id"))
+        if task is not None:
+            return f"{array_job}_{task}"
+        spec = json_str(j.get("array_task_string"))
+        if spec:
+            return f"{array_job}_[{spec}]"
+    return str(job_id)
+
+
+def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
+    raw_state = j.get("job_state")
+    reason = json_str(j.get("state_reason"))
+    state = parse_job_state(
+        [str(s) for s in raw_state] if isinstance(raw_state, list) else json_str(raw_state),
+        reason,
+    )
+    nodes = json_int(j.get("node_count")) or 1
+    cpus = json_int(j.get("cpus"))
+    tasks = json_int(j.get("tasks"))
+    tres_text = json_str(j.get("tres_alloc_str")) or json_str(j.get("tres_req_str"))
+    gpus, gpu_type, tres = _gpus(
+        tres_text,
+        json_str(j.get("tres_per_job")),
+        json_str(j.get("tres_per_node")),
+        json_str(j.get("tres_per_task")),
+        nodes,
+        tasks,
+    )
+    mem_mb: int | None = None
+    per_node = json_int(j.get("memory_per_node"))
+    per_cpu = json_int(j.get("memory_per_cpu"))
+    if "mem" in tres:
+        total_mem, _ = parse_memory(tres["mem"])
+        if total_mem is not None:
+            mem_mb = total_mem // max(1, nodes)
+    elif per_node:
+        mem_mb = per_node
+    elif per_cpu and cpus:
+        mem_mb = per_cpu * cpus // max(1, nodes)
+    limit = j.get("time_limit")
+    limit_min = json_number(limit)
+    priority = json_int(j.get("priority"))
+    data: dict[str, Any] = {
+        "job_id": _json_job_id(j),
+        "partition": json_str(j.get("partition")) or "",
+        "state": state,
+        "reason": reason,
+        "user": json_str(j.get("user_name")),
+        "name": json_str(j.get("name")),
+        "nodes": nodes,
+        "cpus": 1 if cpus is None else cpus,
+        "mem_mb": mem_mb,
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "time_limit_s": None if limit_min is None else int(limit_min * 60),
+        "submit_time": epoch(json_number(j.get("submit_time"))),
+        "start_time": epoch(json_number(j.get("start_time"))),
+        "end_time": epoch(json_number(j.get("end_time"))),
+        "priority": priority,
+        "node_names": ()
+        if state in _NO_NODES
+        else tuple(expand_hostlist(json_str(j.get("nodes")))),
+    }
+    try:
+        return JobRecord.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ParseError(f"{where}: field {loc}: {first['msg']}") from None
+
+
+def parse_squeue_json(
+    source: str | bytes | Mapping[str, Any], warnings: list[str] | None = None
+) -> list[JobRecord]:
+    """``squeue --json`` (any version) -> JobRecords (times in UTC from epoch seconds)."""
+    jobs = json_objects(source, "squeue JSON")
+    return [_json_job(j, f"squeue JSON jobs[{i}]") for i, j in enumerate(jobs)]

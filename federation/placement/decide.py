@@ -1,0 +1,30 @@
+"""One placement decision: a named (or given) policy ranks the candidates.
+
+Kept apart from :mod:`.candidates` (which the policies build on), so that neither the
+candidates nor the policies import each other back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from federation.core.envelope import ResourceEnvelope
+from federation.core.snapshot import FederationSnapshot
+from federation.core.spec import SiteSpec
+from federation.placement.candidates import PlacementDecision
+from federation.placement.policies import Policy, get_policy
+
+
+def place(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    policy: str | Policy = "earliest-start",
+    now: datetime | None = None,
+) -> PlacementDecision:
+    """Rank every feasible (site, partition) for ``envelope`` with a named policy.
+
+    Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
+    """
+    return get_policy(policy).decide(envelope, sites, snapshot, now or datetime.now(UTC))

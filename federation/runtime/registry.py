@@ -1,0 +1,75 @@
+"""The task registry: the live task handles of one coordinator, indexed by task id and by
+their Globus Compute task ids (a site reports by the latter), under the coordinator's lock."""
+
+from __future__ import annotations
+
+import threading
+
+from federation.core.errors import FederationError
+from federation.runtime.handles import TaskCopy, TaskHandle
+
+
+class TaskRegistry:
+    """Every task handle, by id; the indexes site reports are matched against.
+
+    ``lock`` is the coordinator's one lock: every component takes this same object.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.handles: dict[str, TaskHandle] = {}
+        self.by_compute_id: dict[str, TaskHandle] = {}
+        self.unindexed: dict[str, TaskHandle] = {}
+        """Handles whose Globus Compute task id was not yet seen by the index."""
+        self.early_starts: dict[str, str | None] = {}
+        """Start reports that arrived before their task's id was on its future (the submit
+        reply still in flight), by compute task id: the result may overtake the retry."""
+        self.copy_ids: dict[str, tuple[TaskHandle, TaskCopy]] = {}
+        """Hedged copies by their Globus Compute task id."""
+        self.hedged: dict[str, TaskHandle] = {}
+        """Hedged handles with a copy whose Globus Compute task id is not indexed yet."""
+
+    def registered(self, h: TaskHandle) -> bool:
+        """Whether ``h`` itself is the handle on record under its id."""
+        return self.handles.get(h.id) is h
+
+    def get(self, handle: TaskHandle | str) -> TaskHandle:
+        h = self.handles.get(handle) if isinstance(handle, str) else handle
+        if h is None:
+            raise FederationError(
+                f"unknown task handle {handle!r}; use the id submit_task returned"
+            )
+        return h
+
+    def all(self) -> list[TaskHandle]:
+        with self.lock:
+            return list(self.handles.values())
+
+    def handle_for_compute_id(self, tid: str) -> TaskHandle | None:
+        with self.lock:
+            h = self.by_compute_id.get(tid)
+            if h is not None:
+                return h
+            for cand in list(self.unindexed.values()):  # only handles not indexed yet
+                cid = cand.compute_task_id
+                if cid is not None:
+                    self.by_compute_id[cid] = cand
+                    del self.unindexed[cand.id]
+            return self.by_compute_id.get(tid)
+
+    def copy_for_compute_id(self, tid: str) -> tuple[TaskHandle, TaskCopy] | None:
+        with self.lock:
+            hit = self.copy_ids.get(tid)
+            if hit is not None or not self.hedged:
+                return hit
+            for h in list(self.hedged.values()):
+                pending = False
+                for c in h.copies:
+                    cid = c.compute_task_id
+                    if cid is not None:
+                        self.copy_ids.setdefault(cid, (h, c))
+                    elif c.state in ("queued", "cancelling") or c._sending:
+                        pending = True
+                if not pending:
+                    del self.hedged[h.id]
+            return self.copy_ids.get(tid)

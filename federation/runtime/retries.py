@@ -1,0 +1,181 @@
+"""Retries: a task whose infrastructure failed runs again on another feasible site, and a
+lost result stream is re-attached (the task did not fail: its result is fetched again)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from federation.core.errors import NoFeasibleSiteError
+from federation.runtime.errortext import first_line
+from federation.runtime.handles import TaskHandle
+
+if TYPE_CHECKING:
+    from federation.core.failures import Failure
+    from federation.runtime.context import Runtime
+    from federation.runtime.lifecycle import Lifecycle
+    from federation.runtime.registry import TaskRegistry
+    from federation.runtime.shipping import Shipping
+
+MAX_REATTACHES = 5
+REATTACH_DELAY_S = 0.5
+"""A lost result stream is re-attached after 0.5 s, then 1, 2, 4, 8 s (at most 5 times)."""
+
+
+class Retries:
+    """Runs failed attempts again (within ``retry_budget``) and re-attaches lost streams."""
+
+    def __init__(self, rt: Runtime, reg: TaskRegistry, life: Lifecycle, shipping: Shipping) -> None:
+        self.rt = rt
+        self.reg = reg
+        self.life = life
+        self.shipping = shipping
+
+    # --- a lost result stream ---------------------------------------------------------------
+    def reattach(
+        self,
+        handle: TaskHandle,
+        site: str,
+        cid: str | None,
+        exc: BaseException,
+        gone: Callable[[str], None],
+        found: Callable[[Future[Any]], None],
+    ) -> bool:
+        """The SDK's result stream died (its futures fail with "SDK thread quit
+        unexpectedly"): the task itself did not fail and may still run or have ended at the
+        site. Fetch it again from the task group, off the SDK's thread, a few times with
+        backoff; False (then it fails, saying so) when that is used up. ``found`` gets the
+        new future; ``gone`` the reason, when the site no longer knows the task."""
+        with self.reg.lock:
+            tries = handle._reattaches
+            if cid is None or tries >= MAX_REATTACHES:
+                return False
+            handle._reattaches += 1
+        handle.notes.append(
+            f"result stream from {site} lost ({first_line(exc)}); re-attaching to its task "
+            f"{cid} (try {tries + 1} of {MAX_REATTACHES})"
+        )
+        delay = min(30.0, REATTACH_DELAY_S * 2**tries)
+        timer = threading.Timer(delay, self._do_reattach, (handle, cid, site, exc, gone, found))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _do_reattach(
+        self,
+        handle: TaskHandle,
+        cid: str,
+        site: str,
+        exc: BaseException,
+        gone: Callable[[str], None],
+        found: Callable[[Future[Any]], None],
+    ) -> None:
+        try:
+            fut = self.rt.backends[site].reattach([cid]).get(cid)
+            why = "the site no longer knows it"
+        except Exception as e:  # the service is unreachable just now: try again later
+            fut, why = None, f"{type(e).__name__}: {e}"
+            if self.reattach(handle, site, cid, exc, gone, found):
+                return
+        if fut is None:
+            message = f"lost the result stream from {site} and could not re-attach to {cid}"
+            gone(f"{message}: {why}")
+            return
+        found(fut)
+
+    # --- running again elsewhere -------------------------------------------------------------
+    def retry_off_thread(
+        self, handle: TaskHandle, failure: Failure, message: str, traceback: str
+    ) -> None:
+        """:meth:`retry_or_fail` off the SDK's result thread: placing again probes the
+        sites, whose results arrive on that very thread."""
+        threading.Thread(
+            target=self.retry_or_fail,
+            args=(handle, failure, message, traceback),
+            daemon=True,
+            name=f"retry-{handle.id[:8]}",
+        ).start()
+
+    def retry_or_fail(
+        self, handle: TaskHandle, failure: Failure, message: str, traceback: str
+    ) -> None:
+        if not self.retry(handle, failure, traceback):
+            self.life.fail(handle, message, traceback, failure=failure.cls)
+
+    def retry(self, handle: TaskHandle, failure: Failure, traceback: str) -> bool:
+        """Run a task whose infrastructure failed again, on another feasible site."""
+        tried = [a["site"] for a in handle.attempts] + [handle.site]
+        tried += [c.site for c in handle.copies]
+        if handle.task is None or len(handle.attempts) >= self.rt.retry_budget:
+            return False
+        env = handle.envelope
+        others = tuple(s for s in (env.sites or self.rt.backends) if s not in tried)
+        if not others:
+            handle.notes.append(f"{failure.cls} on {handle.site}; no other allowed site to retry")
+            return False
+        try:
+            decision = self.rt.plan(env.model_copy(update={"sites": others}))
+        except NoFeasibleSiteError:
+            handle.notes.append(f"{failure.cls} on {handle.site}; no other feasible site")
+            return False
+        if not self.shipping.admit(handle, decision.chosen.shape, "retry"):
+            return False
+        old_site = handle.site
+        shape = decision.chosen.shape
+        store = self.rt.store
+
+        def update() -> None:
+            handle.attempts.append(
+                {
+                    "site": handle.site,
+                    "partition": handle.partition,
+                    "compute_task_id": handle.compute_task_id,
+                    "slurm_job_id": handle.slurm_job_id,
+                    "failure": failure.cls,
+                    "error": failure.message,
+                    "ended_at": datetime.now(UTC).isoformat(),
+                }
+            )
+            handle.decision = decision
+            handle.started_at = None
+            handle.slurm_job_id = None
+
+        def persist() -> None:  # the attempt is on record before the retry is shipped
+            if store is not None:
+                store.update_task(
+                    handle.id,
+                    site=shape.site,
+                    decision=decision.model_dump_json(),
+                    state="queued",
+                    started_at=None,
+                    slurm_job_id=None,
+                    compute_task_id=None,
+                    attempts=json.dumps(handle.attempts, default=str),
+                )
+
+        def detail() -> dict[str, Any]:
+            return {
+                "failure": failure.cls,
+                "from_site": old_site,
+                "to_site": shape.site,
+                "attempt": len(handle.attempts) + 1,
+            }
+
+        if not self.life.requeue(handle, update, persist, detail):
+            return False  # it ended meanwhile (failed: its end is told once)
+        try:
+            fut = self.rt.backends[shape.site].submit(
+                self.shipping.shipped(handle, handle.task), shape
+            )
+        except Exception as e:
+            self.life.fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)
+            return True
+        handle.future = fut
+        with self.reg.lock:  # its start is reported under the new compute task id
+            self.reg.unindexed[handle.id] = handle
+        self.shipping.follow(handle, fut)
+        return True

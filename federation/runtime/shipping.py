@@ -1,0 +1,169 @@
+"""Shipping: what is sent to the site backends, once the caller's policy admitted it.
+
+A task placed once is recorded, queued and submitted to its site here; the task's Globus
+Compute id is recorded once the site acknowledged it, and its future is followed (its end
+goes to ``on_done``). Hedged copies and retries ship through the same helpers
+(:meth:`Shipping.shipped`, :meth:`Shipping.admit`, :func:`await_task_id`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from federation.core.errors import FederationError
+from federation.runtime.handles import TaskCopy, TaskHandle
+from federation.runtime.results import shipped
+from federation.runtime.rows import task_row
+
+if TYPE_CHECKING:
+    from federation.core.envelope import Shape
+    from federation.core.snapshot import FederationSnapshot
+    from federation.core.tasks import TaskSpec
+    from federation.runtime.context import Runtime
+    from federation.runtime.lifecycle import Lifecycle
+    from federation.runtime.registry import TaskRegistry
+
+ACK_TIMEOUT_S = 30.0
+
+OnDone = Callable[[TaskHandle, "Future[Any]"], None]
+
+
+def await_task_id(fut: Future[Any], timeout_s: float) -> str | None:
+    """The Globus Compute task id, once the service acknowledged the submission.
+
+    The SDK sets ``task_id`` on the future from its submitter thread (milliseconds after
+    ``submit``) and offers no notification, so this waits on it in short steps, bounded.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        tid = getattr(fut, "task_id", None)
+        if tid is not None:
+            return str(tid)
+        if fut.done():
+            return None
+        pause.wait(0.002)
+    return None
+
+
+class Shipping:
+    """Submits tasks to their sites; ``on_done`` receives each shipped task's future."""
+
+    def __init__(self, rt: Runtime, reg: TaskRegistry, life: Lifecycle, on_done: OnDone) -> None:
+        self.rt = rt
+        self.reg = reg
+        self.life = life
+        self.on_done = on_done
+
+    def ship_once(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+        """Record ``handle`` (``task.queued``) and submit it to its one site."""
+        decision = handle.decision
+        shape = decision.chosen.shape
+        store = self.rt.store
+
+        def persist() -> None:  # durable before anything is shipped or acknowledged
+            if store is not None:
+                store.insert_task(task_row(handle, task))  # StoreError: nothing shipped
+
+        def register() -> None:
+            with self.reg.lock:
+                self.reg.handles[handle.id] = handle
+                self.reg.unindexed[handle.id] = handle
+            self.life.watch(handle)
+
+        detail = {
+            "shape": shape.describe(),
+            "predicted_wait_s": decision.chosen.predicted_wait_s,
+        }
+        self.life.queue(handle, detail, persist, register)
+        try:
+            fut = self.rt.backends[shape.site].submit(self.shipped(handle, task), shape)
+        except Exception as e:
+            self.life.fail(handle, f"submission to {shape.site} failed: {e}", "")
+            raise FederationError(f"submission to {shape.site} failed: {e}") from e
+        handle.future = fut
+        self.follow(handle, fut)
+        return handle
+
+    def follow(self, handle: TaskHandle, fut: Future[Any]) -> None:
+        """Record the task id the site acknowledged; pass the future's end to ``on_done``."""
+        store = self.rt.store
+        if store is not None:
+            tid = await_task_id(fut, ACK_TIMEOUT_S)
+            if tid is not None:
+                store.update_task(handle.id, compute_task_id=tid)
+        fut.add_done_callback(lambda f: self.on_done(handle, f))
+
+    def shipped(self, h: TaskHandle, task: TaskSpec, copy: TaskCopy | None = None) -> TaskSpec:
+        """``task`` as shipped: a large result spills to the site's storage (by name)."""
+        name = f"{h.id}-{len(h.attempts) + 1}.result"
+        site = h.site
+        if copy is not None:  # each copy spills to its own site, under its own name
+            name, site = f"{h.id}-{len(h.attempts) + 1}.copy{copy.index}.result", copy.site
+        return shipped(task, site, name, self.rt.result_storage, self.rt.inline_limit_bytes)
+
+    def admit(
+        self,
+        handle: TaskHandle,
+        shape: Shape,
+        what: str,
+        snapshot: FederationSnapshot | None = None,
+    ) -> bool:
+        """Whether the caller's policy lets ``handle`` run one more time on ``shape`` (a
+        hedge copy, a watch copy, a retry), audited like a submission: allowed ones count
+        towards the caller's daily node-hours. One the policy would deny or hold is not
+        shipped (a further copy is not worth an operator's approval) and that shape is not
+        proposed again for this task."""
+        if handle.task is None:
+            return False
+        gate = self.rt.gate
+        snap = snapshot or self.rt._last_snapshot
+        outcome = gate.evaluate(handle.caller, handle.task, shape, snap)
+        label = f"{handle.label} ({what})"
+        if outcome.verdict == "allowed":
+            gate.record(
+                "allowed",
+                handle.caller,
+                handle.task,
+                shape,
+                outcome,
+                task_id=handle.id,
+                label=label,
+            )
+            return True
+        message = f"{what} on {shape.site}/{shape.partition} not shipped: {outcome.summary()}"
+        gate.record(
+            "denied",
+            handle.caller,
+            handle.task,
+            shape,
+            outcome,
+            task_id=handle.id,
+            label=label,
+            message=message,
+        )
+        with self.reg.lock:
+            handle.refused.add(shape)
+            handle.notes.append(message)
+        self.rt.events.emit(
+            "policy.copy_refused", handle.id, shape.site, caller=handle.caller, reason=message
+        )
+        return False
+
+    def cancellable(self, handle: TaskHandle, site: str, what: str) -> bool:
+        """Whether a copy at ``site`` can be withdrawn if another copy starts first (and
+        the task's chosen site too: either may lose). Where one cannot (the site's backend
+        has no cancel, as the Globus Compute cloud has none), copies would all run: no copy
+        is made, and a note on the task says why."""
+        for s in dict.fromkeys((handle.site, site)):
+            if not self.rt.backends[s].can_cancel:
+                handle.notes.append(
+                    f"no {what} on {site}: {s} cannot cancel a queued copy, so every copy "
+                    "would run; placed once"
+                )
+                return False
+        return True
