@@ -441,12 +441,15 @@ class LocalComputeService:
                     self._relearn(tid, eid, tg)
         return {"taskgroup_id": tg, "tasks": [{"id": t} for t in ids]}
 
-    def _relearn(self, tid: str, endpoint_id: str, tg: str) -> None:
-        """A remembered task this object has not seen: ask its endpoint where it stands."""
+    def _relearn(self, tid: str, endpoint_id: str, tg: str, unknown: str | None = None) -> None:
+        """A task this object has not seen (remembered, or adopted): ask its endpoint where
+        it stands. One the endpoint answers it does not know fails with ``unknown`` (its
+        ``{site}`` filled in; default: the endpoint restarted and lost it); one it cannot be
+        asked about is settled when the endpoint is back (:meth:`_settle_delivered`)."""
         with self._lock:
             if tid in self._tasks:
                 return
-            # remembered: it was submitted, so the endpoint took it or will say it has not
+            # submitted: so the endpoint took it or will say it has not
             rec = _TaskRecord(
                 task_id=tid, endpoint_id=endpoint_id, task_group_id=tg, delivered=True
             )
@@ -460,61 +463,34 @@ class LocalComputeService:
         try:
             found = ep.link.conn.request({"op": "status", "task_ids": [tid]})["tasks"]
         except SiteUnavailableError as e:
-            # settled by the endpoint's link when it is back (_settle_delivered)
             logger.warning("re-learning task %s: endpoint %s not asked: %s", tid, endpoint_id, e)
             return
         info = found.get(tid)
         if info is None:
-            msg = f"endpoint of site {ep.site} restarted and no longer knows this task"
+            msg = unknown or "endpoint of site {site} restarted and no longer knows this task"
+            msg = msg.format(site=ep.site)
             self._complete(rec, lost_result(tid, msg), time.time())
             return
+        rec.job_id = info.get("job_id")
         if info.get("result"):
             res = messagepack.unpack(protocol.unb64(info["result"]))
             self._complete(rec, res, float(info.get("completed_at") or time.time()))
 
     def adopt_task(self, task_id: str, endpoint_id: uuid.UUID, task_group_id: uuid.UUID) -> None:
-        """Re-learn a task after a restart (the real cloud never forgets; this one can)."""
+        """Re-learn a task after a restart (the real cloud never forgets; this one can).
+
+        The embedded service died with the coordinator that shipped the task: a task its
+        endpoint never received (the service acknowledged it, then died before forwarding
+        it) fails saying so, instead of waiting forever."""
         if self.strict:
             raise RuntimeError("the Globus Compute service remembers its tasks on its own")
-        with self._lock:
-            if task_id in self._tasks:
-                return
-            self._tasks[task_id] = _TaskRecord(
-                task_id=task_id, endpoint_id=str(endpoint_id), task_group_id=str(task_group_id)
-            )
-            self._groups.setdefault(str(task_group_id), []).append(task_id)
-        rec = self._recover(task_id)
-        if rec is not None:
-            rec.task_group_id = str(task_group_id)
-            return
-        self._settle_unknown(task_id, str(endpoint_id))
-
-    def _settle_unknown(self, task_id: str, endpoint_id: str) -> None:
-        """An adopted task no endpoint reported: ask its own endpoint once more; if it
-        answers and does not know the task, the task never reached it (the earlier service
-        died with it in its queue) and fails saying so, instead of waiting forever. If the
-        endpoint cannot be asked, the task is settled when it is back."""
-        with self._lock:
-            rec = self._tasks[task_id]
-            ep = self._endpoints.get(endpoint_id)
-            if ep is not None:
-                ep.task_ids.add(task_id)
-            rec.delivered = True  # settled by _settle_delivered when the endpoint returns
-        if ep is None:
-            return
-        try:
-            found = ep.link.conn.request({"op": "status", "task_ids": [task_id]})["tasks"]
-        except SiteUnavailableError as e:
-            logger.warning(
-                "re-learning task %s: endpoint %s not asked: %s", task_id, endpoint_id, e
-            )
-            return
-        if task_id not in found:
-            msg = (
-                f"the endpoint of site {ep.site} never received this task (the coordinator "
-                "stopped before forwarding it); it never ran: submit it again"
-            )
-            self._complete(rec, lost_result(task_id, msg), time.time())
+        self._relearn(
+            task_id,
+            str(endpoint_id),
+            str(task_group_id),
+            unknown="the endpoint of site {site} never received this task (the coordinator "
+            "stopped before forwarding it); it never ran: submit it again",
+        )
 
     def cancel(self, task_id: str) -> tuple[bool, str]:
         if self.strict:
