@@ -1,84 +1,41 @@
-"""The replay benchmark's watch bookkeeping: when watched tasks are judged and scored."""
+"""The replay benchmark: runtimes learned when tasks end, ticks, per-seed verdicts, one cell."""
 
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
-from test_placement import NOW, SPECS, _fed
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.replay import (  # noqa: E402
-    WORKLOADS,
-    Learning,
-    Pending,
-    _next_tick,
-    _score_started,
-    true_runtime,
-)
-from federation.placement.candidates import snapshot_wait  # noqa: E402
+from bench.replay_cell import Cell, Learning, _next_tick, run_cell  # noqa: E402
+from bench.replay_report import judge, render  # noqa: E402
+from bench.replay_setup import WORKLOADS, CellOptions  # noqa: E402
+from federation.core.envelope import Shape  # noqa: E402
 from federation.placement.metrics import Outcome  # noqa: E402
-from federation.placement.policies import Watch, twin_watch  # noqa: E402
 from federation.placement.runtime_model import TaskRuntimeModel  # noqa: E402
+from federation.sim.trace_model import TraceJob  # noqa: E402
 
 W = WORKLOADS[0]
-SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 
-def _pending(copies: list[tuple[str, float, float, float]], submit_s: float = 1000.0) -> Pending:
-    pol = twin_watch(snapshot_wait, lambda s: 600.0, watch=Watch(every_s=600.0))
-    first = pol.decide(W.envelope, SPECS, _fed(), NOW)
-    placed = [first.chosen] * len(copies)
-    return Pending(pol, W, submit_s, 1.0, first, copies, (1100.0, 1700.0), placed)
-
-
-def test_a_watched_task_is_scored_by_the_copy_that_started_first() -> None:
-    # the first copy queues until 9000 s; a copy added at 4000 s starts at 4200 s and wins
-    p = _pending([("delta", 1000.0, 9000.0, 9600.0)])
-    assert not p.started_by(5000.0)
-    p.copies.append(("anvil", 4000.0, 4200.0, 4900.0))
-    assert p.started_by(5000.0) and not p.started_by(4199.0)
-    o = p.outcome()
-    assert o.completion_s == 3900.0 and o.wait_s == 3200.0
-    assert o.oracle_completion_s == 700.0 and o.oracle_wait_s == 100.0
-    assert o.copies == 2 and o.hedge_held_s == 3200.0  # delta's copy held 1000 s..4200 s
-    assert o.extra_s == 3200.0
-
-
-def test_started_tasks_are_scored_once_and_the_rest_keep_waiting() -> None:
-    early = _pending([("delta", 1000.0, 1500.0, 2100.0)])
-    late = _pending([("anvil", 1000.0, 8000.0, 8600.0)])
-    outcomes: dict[str, list[Outcome]] = defaultdict(list)
-    learning = Learning(TaskRuntimeModel)
-    still = _score_started([early, late], 2000.0, outcomes, SPEC_BY_NAME, learning)
-    assert still == [late]
-    assert [o.completion_s for o in outcomes["twin-watch"]] == [1100.0]
-    assert _score_started(still, 2000.0, outcomes, SPEC_BY_NAME, learning) == [late]
-    assert len(outcomes["twin-watch"]) == 1
-
-
-def test_runtimes_are_learned_when_the_copy_that_ran_ends() -> None:
-    learning = Learning(TaskRuntimeModel)
-    model = learning.model("twin-watch")  # the policy's own model
-    # two copies: the second starts first (at 1200 s) and ends at 2300 s; it is the one learned
-    p = _pending([("delta", 1000.0, 5000.0, 5600.0), ("anvil", 1000.0, 1200.0, 2300.0)])
-    assert p.winner() == 1
-    won = p.placed[1].shape
-    prior = model.predict(W.name, won, default_s=1.0)
-    _score_started([p], 1500.0, defaultdict(list), SPEC_BY_NAME, learning)
-    learning.learn_until(2299.0)  # still running: nothing known yet
-    assert model.predict(W.name, won, default_s=1.0) == prior
+def test_runtimes_are_learned_when_the_task_ends_not_when_it_is_placed() -> None:
+    learning = Learning(TaskRuntimeModel())
+    shape = Shape(
+        site="delta", partition="cpu", nodes=1, cpus=16, gpus=0, mem_gb=32, walltime_s=3600
+    )
+    prior = learning.model.predict(W.name, shape, default_s=1.0)
+    learning.ran(2300.0, W.name, shape, 1100.0)
+    learning.learn_until(2299.0)
+    assert learning.model.predict(W.name, shape, default_s=1.0) == prior
     learning.learn_until(2300.0)
-    expected = true_runtime(W, won, SPEC_BY_NAME[won.site], p.noise)
-    assert model.predict(W.name, won, default_s=1.0) == pytest.approx(expected)
-    learning.learn_until(1e9)  # learned once, and by that policy only
-    assert len(model._obs[W.name]) == 1
-    assert list(learning.models) == ["twin-watch"]
+    assert learning.model.predict(W.name, shape, default_s=1.0) == pytest.approx(1100.0)
+    learning.learn_until(1e9)
+    assert len(learning.model._obs[W.name]) == 1
 
 
 @pytest.mark.parametrize(
@@ -94,20 +51,93 @@ def test_runtimes_are_learned_when_the_copy_that_ran_ends() -> None:
 def test_next_tick(
     t: float, next_round: float, end: float, watching: bool, expected: float
 ) -> None:
-    pending = [_pending([("delta", 0.0, 1e9, 1e9 + 600)])] if watching else []
-    assert _next_tick(t, next_round, end, 600.0, pending) == expected
+    assert _next_tick(t, next_round, end, 600.0, watching) == expected
 
 
-def test_usage_accuracy_summary_by_hand() -> None:
-    import numpy as np
+def _o(extra: float, oracle_wait: float = 600.0, err: float = 0.0, copies: int = 1) -> Outcome:
+    return Outcome(
+        completion_s=1000.0 + extra,
+        wait_s=oracle_wait + extra,
+        oracle_completion_s=1000.0,
+        oracle_wait_s=oracle_wait,
+        predicted_wait_s=oracle_wait + extra + err,
+        copies=copies,
+    )
 
-    from bench.usage_accuracy import summary
 
-    # (true wait, predicted wait): exact, 20 min early, 2 h late, exact at zero
-    s = summary(np.array([[600.0, 600.0], [1800.0, 600.0], [0.0, 7200.0], [0.0, 0.0]]))
-    assert s["within 10 min %"] == 50.0
-    assert s["within 1 h %"] == 75.0
-    assert s["too early %"] == 25.0
-    logs = sorted([0.0, np.log(1860 / 660), np.log(60 / 7260), 0.0])
-    assert s["median log(true/pred)"] == pytest.approx((logs[1] + logs[2]) / 2)
-    assert s["mean |log|"] == pytest.approx(np.mean(np.abs(logs)))
+def _cell(regime: str, ours: list[Outcome], bf: list[Outcome], seed: int = 0) -> Cell:
+    return Cell("T", regime, seed, {"twin-watch": ours, "best-feasible": bf}, {}, 0.0)
+
+
+def test_a_busy_seed_is_judged_on_its_own_figures() -> None:
+    bf = [_o(x) for x in np.linspace(0, 4000, 100)]
+    good = judge(_cell("busy", [_o(0.0)] * 95 + [_o(200.0)] * 5, bf), "twin-watch")
+    assert good.judged and good.ok, good.why
+    tail = judge(_cell("busy", [_o(0.0)] * 90 + [_o(3000.0)] * 10, bf), "twin-watch")
+    assert tail.judged and not tail.ok and "P95" in tail.why
+    blind = judge(_cell("busy", [_o(0.0, err=300.0)] * 100, bf), "twin-watch")
+    assert not blind.ok and "wait ±1 min" in blind.why
+
+
+def test_a_busy_seed_where_nothing_queued_is_listed_not_judged() -> None:
+    calm = [_o(0.0, oracle_wait=0.0)] * 100
+    v = judge(_cell("busy", calm, calm), "twin-watch")
+    assert not v.judged and v.ok and "not busy" in v.why
+
+
+def test_a_light_seed_fails_when_worse_than_best_feasible() -> None:
+    bf = [_o(0.0)] * 100
+    v = judge(_cell("light", [_o(0.0)] * 99 + [_o(500.0)], bf), "twin-watch")
+    assert v.judged and not v.ok and "mean" in v.why
+
+
+def test_the_report_shows_the_worst_seed_and_the_budget() -> None:
+    bf = [_o(x) for x in np.linspace(0, 4000, 100)]
+    cells = [
+        _cell("busy", [_o(0.0)] * 100, bf, seed=0),
+        _cell("busy", [_o(0.0)] * 80 + [_o(3000.0)] * 20, bf, seed=1),
+    ]
+    for c in cells:
+        c.utilization = dict.fromkeys(("delta", "deltaai", "anvil", "vista"), 0.9)
+    text, data = render(cells, 1.0, "test", "twin-watch", 1.2)
+    assert "Worst judged seed (1)" in text and "1 of 2" in text
+    assert data["all_ok"] is False
+    assert [s["ok"] for s in data["groups"][0]["seeds"]] == [True, False]
+
+
+def _tiny_trace() -> list[TraceJob]:
+    rng = np.random.default_rng(3)
+    jobs = []
+    for i in range(3000):
+        run = float(rng.exponential(3600.0)) + 60.0
+        jobs.append(
+            TraceJob(
+                job_id=i + 1,
+                submit_s=i * 120.0,
+                wait_s=0.0,
+                run_s=run,
+                procs=int(rng.choice([1, 4, 16, 64])),
+                requested_walltime_s=run * float(rng.uniform(1.0, 4.0)),
+            )
+        )
+    return jobs
+
+
+def test_one_cell_runs_every_policy_with_copies_in_the_queues() -> None:
+    opts = CellOptions(
+        hours=3.0,
+        warmup_h=6.0,
+        policies=("best-feasible", "twin", "twin-watch"),
+        twin_samples=4,
+        budget=1.2,
+    )
+    cell = run_cell("tiny", _tiny_trace(), "busy", 0, opts)
+    assert set(cell.outcomes) == {"best-feasible", "twin", "twin-watch", "oracle"}
+    n = len(cell.outcomes["oracle"])
+    assert n == 6 * len(WORKLOADS)  # a round every 30 min for 3 h, every task scored
+    for p in ("best-feasible", "twin", "twin-watch"):
+        assert len(cell.outcomes[p]) == n
+        assert all(o.completion_s >= o.wait_s >= 0 for o in cell.outcomes[p])
+        assert p in cell.bg_delay
+    copies = np.mean([o.copies for o in cell.outcomes["twin-watch"]])
+    assert copies <= 1.2 + 1.0 / n  # the budget, plus its opening allowance

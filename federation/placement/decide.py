@@ -22,9 +22,14 @@ def place(
     snapshot: FederationSnapshot,
     policy: str | Policy = "earliest-start",
     now: datetime | None = None,
+    *,
+    new_task: bool = True,
 ) -> PlacementDecision:
     """Rank every feasible (site, partition) for ``envelope`` with a named policy.
 
+    ``new_task=False`` for a preview (no hedge budget earned or spent).
     Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
     """
-    return get_policy(policy).decide(envelope, sites, snapshot, now or datetime.now(UTC))
+    return get_policy(policy).decide(
+        envelope, sites, snapshot, now or datetime.now(UTC), new_task=new_task
+    )

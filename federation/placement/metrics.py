@@ -28,6 +28,12 @@ class Outcome:
     copies: int = 1
     hedge_held_s: float = 0.0
     """Queue time held by copies cancelled when another copy started."""
+    duplicate_run_s: float = 0.0
+    """Time copies ran beside the winner (started before the coordinator saw the winner's
+    start) until they were cancelled."""
+    slurm_predicted_wait_s: float | None = None
+    """Slurm's own start estimate for the chosen copy (every job to its limit), beside
+    the policy's ``predicted_wait_s``."""
 
     @property
     def extra_s(self) -> float:
@@ -53,6 +59,8 @@ class PolicySummary(Frozen):
     wait_within_600s_pct: float | None = None
     copies_per_task: float = 1.0
     hedge_held_s_per_task: float = 0.0
+    duplicate_run_s_per_task: float = 0.0
+    slurm_within_60s_pct: float | None = None
 
 
 def near_fastest(o: Outcome, rel: float = 0.10, abs_s: float = 30.0) -> bool:
@@ -80,6 +88,12 @@ def summarize(
         err = np.array([abs(p - w) for p, w in preds])
         within = pct(int((err <= 60).sum()), len(preds))
         within10 = pct(int((err <= 600).sum()), len(preds))
+    slurm = [
+        abs(o.slurm_predicted_wait_s - o.wait_s)
+        for o in outcomes
+        if o.slurm_predicted_wait_s is not None
+    ]
+    slurm_within = pct(sum(e <= 60 for e in slurm), len(slurm)) if slurm else None
     return PolicySummary(
         policy=policy,
         tasks=n,
@@ -97,6 +111,8 @@ def summarize(
         wait_within_600s_pct=within10,
         copies_per_task=float(np.mean([o.copies for o in outcomes])),
         hedge_held_s_per_task=float(np.mean([o.hedge_held_s for o in outcomes])),
+        duplicate_run_s_per_task=float(np.mean([o.duplicate_run_s for o in outcomes])),
+        slurm_within_60s_pct=slurm_within,
     )
 
 

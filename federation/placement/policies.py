@@ -40,6 +40,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import BadEnvelopeError
 from federation.core.snapshot import FederationSnapshot
 from federation.core.spec import SiteSpec
+from federation.placement.budget import HedgeBudget
 from federation.placement.candidates import (
     Candidate,
     PlacementDecision,
@@ -117,6 +118,8 @@ class Policy:
     """Runs before the enumeration; must not change any prediction (only precompute)."""
     watch: Watch | None = None
     """Keep judging a task still queued (see :meth:`extra_copy`); None: decide once."""
+    budget: HedgeBudget | None = None
+    """Copies beyond the first are bought from this budget (None: every rule-made copy)."""
 
     def decide(
         self,
@@ -124,7 +127,14 @@ class Policy:
         sites: Sequence[SiteSpec],
         snapshot: FederationSnapshot,
         now: datetime,
+        *,
+        new_task: bool = True,
     ) -> PlacementDecision:
+        """Rank the candidates and pick one (plus hedge copies, if the policy hedges).
+
+        ``new_task=False``: a preview or a re-judgement of a task already placed; it earns
+        no hedge budget and spends none (its hedges are those the budget would buy now).
+        """
         if self.prepare is not None:
             self.prepare(envelope, sites, snapshot, now, self.ladder)
         cands, rejected = enumerate_candidates(
@@ -144,12 +154,14 @@ class Policy:
         ranked = sorted(cands, key=lambda c: (*self.key(c), c.site, c.partition, c.shape.gpus))
         chosen = self._apply_usefulness(ranked)
         ranked = [chosen] + [c for c in ranked if c is not chosen]
+        if new_task and self.budget is not None:
+            self.budget.placed()
         return PlacementDecision(
             policy=self.name,
             chosen=chosen,
             candidates=tuple(ranked),
             rejected=tuple(rejected),
-            hedges=self._hedges(ranked),
+            hedges=self._hedges(ranked, spend=new_task),
             snapshot_taken_at=snapshot.taken_at,
             decided_at=now,
         )
@@ -223,6 +235,10 @@ class Policy:
         here = [score(c, True) for c in fresh.candidates if w.place(c) in held]
         if here and score(best, ranked) + w.margin_s >= min(here):
             return None
+        if self.budget is not None:
+            gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
+            if not self.budget.offer(gain):
+                return None
         return best
 
     def _apply_usefulness(self, ranked: list[Candidate]) -> Candidate:
@@ -238,12 +254,20 @@ class Policy:
             return best
         return base
 
-    def _hedges(self, ranked: list[Candidate]) -> tuple[Candidate, ...]:
+    def _hedges(self, ranked: list[Candidate], spend: bool = True) -> tuple[Candidate, ...]:
         if self.hedge_within is None and self.hedge_spread_s is None:
             return ()
         best = ranked[0]
         spread = (best.wait_q90_s or best.predicted_wait_s) - best.predicted_wait_s
         risky = self.hedge_spread_s is not None and spread > self.hedge_spread_s
+        out = self._rule_hedges(ranked, risky)
+        if self.budget is None:
+            return out
+        buy = self.budget.offer if spend else self.budget.would_buy
+        return tuple(c for c in out if buy(hedge_gain_s(best, c)))
+
+    def _rule_hedges(self, ranked: list[Candidate], risky: bool) -> tuple[Candidate, ...]:
+        best = ranked[0]
         out: list[Candidate] = []
         used = {best.site}
         for other in ranked[1:]:
@@ -259,6 +283,19 @@ class Policy:
                 out.append(other)
                 used.add(other.site)
         return tuple(out)
+
+
+def hedge_gain_s(best: Candidate, other: Candidate) -> float:
+    """How much sooner a copy at ``other`` is predicted to finish the task than ``best``
+    alone, in the favourite's bad case: its completion with the wait at its q90 (a point
+    prediction without a spread is given half its wait as one, a prior: waits are uncertain
+    in proportion to their length), against the copy's own predicted completion."""
+    spread = (
+        best.wait_q90_s - best.predicted_wait_s
+        if best.wait_q90_s is not None
+        else 0.5 * best.predicted_wait_s
+    )
+    return max(0.0, best.predicted_completion_s + spread - other.predicted_completion_s)
 
 
 def _smallest(cands: Sequence[Candidate], c: Candidate) -> Shape:
@@ -325,11 +362,13 @@ def twin_hedge(
     spread_s: float = 300.0,
     risk: float = 0.25,
     max_copies: int = 2,
+    budget: HedgeBudget | None = None,
 ) -> Policy:
     p = twin(wait_fn, runtime_fn, risk=risk, name="twin-hedge")
     p.hedge_within = within
     p.hedge_spread_s = spread_s
     p.max_copies = max_copies
+    p.budget = budget
     return p
 
 
@@ -339,9 +378,10 @@ def twin_watch(
     *,
     watch: Watch | None = None,
     max_copies: int = 2,
+    budget: HedgeBudget | None = None,
 ) -> Policy:
     """``twin-hedge`` that re-judges a task while all its copies are still queued."""
-    p = twin_hedge(wait_fn, runtime_fn, max_copies=max_copies)
+    p = twin_hedge(wait_fn, runtime_fn, max_copies=max_copies, budget=budget)
     p.name = "twin-watch"
     p.watch = watch or Watch()
     return p

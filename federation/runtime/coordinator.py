@@ -231,7 +231,7 @@ class Coordinator:
         """The placement ``submit_task`` would choose now, without submitting anything."""
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
-        return place(envelope, specs, snap, policy=self._placer())
+        return place(envelope, specs, snap, policy=self._placer(), new_task=False)
 
     def submit_group(
         self,

@@ -238,7 +238,9 @@ class Hedging:
         rt = self.rt
         try:
             snap = rt.snapshot(max_age_s=max(rt.probe_interval_s, w.every_s / 2))
-            fresh = pol.decide(h.envelope, [b.spec for b in rt.backends.values()], snap, now)
+            fresh = pol.decide(
+                h.envelope, [b.spec for b in rt.backends.values()], snap, now, new_task=False
+            )
         except Exception as e:  # nothing feasible now, a probe failed: judged again later
             logger.info("judging %s again failed: %s", h.id, e)
             self.arm_rejudge(h, pol, w.every_s)

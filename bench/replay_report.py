@@ -1,0 +1,203 @@
+"""The replay's tables and its verdicts: pooled per (trace, regime), and judged per seed.
+
+Targets (issue 17), for the judged policy against ``best-feasible`` in the same cell:
+
+* busy cells, judged on every seed whose oracle had to queue for at least 10% of the tasks
+  (a "busy" seed under that is not busy and is listed, not judged): P95 extra
+  <= max(best-feasible's P95 / 4, 120 s), mean extra <= best-feasible's mean / 3, >= 90%
+  near-fastest, and wait predicted within 1 minute for >= 80% of tasks;
+* light cells, every seed: never worse than best-feasible (mean and P95 extra).
+
+The worst seed is printed beside the pooled figure, so that one easy seed cannot hide a hard
+one. Copies per task are checked against the hedge budget over the whole cell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.replay_cell import Cell
+from bench.replay_setup import SITES
+from federation.placement.metrics import PolicySummary, fmt_s, summarize
+
+BUSY_QUEUED_PCT = 10.0
+COLUMNS = (
+    "policy",
+    "fastest %",
+    "near-fastest %",
+    "median compl. s",
+    "mean compl. s",
+    "median extra s",
+    "mean extra s",
+    "P95 extra s",
+    "P99 extra s",
+    "oracle queued %",
+    "wait ±1 min %",
+    "Slurm est. ±1 min %",
+    "copies/task",
+    "held s/task",
+    "dup. run s/task",
+    "bg delay s/task",
+)
+
+
+@dataclass
+class Verdict:
+    seed: int
+    judged: bool
+    ok: bool
+    why: str
+    summary: PolicySummary
+    reference: PolicySummary
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def row(s: PolicySummary, bg_s_per_task: float | None) -> str:
+    cells = [
+        s.policy,
+        f"{s.fastest_pct:.1f}",
+        f"{s.near_fastest_pct:.1f}",
+        fmt_s(s.median_completion_s),
+        fmt_s(s.mean_completion_s),
+        fmt_s(s.median_extra_s),
+        fmt_s(s.mean_extra_s),
+        fmt_s(s.p95_extra_s),
+        fmt_s(s.p99_extra_s),
+        f"{s.oracle_queued_pct:.1f}",
+        _pct(s.wait_within_60s_pct),
+        _pct(s.slurm_within_60s_pct),
+        f"{s.copies_per_task:.2f}",
+        fmt_s(s.hedge_held_s_per_task),
+        fmt_s(s.duplicate_run_s_per_task),
+        "-" if bg_s_per_task is None else fmt_s(bg_s_per_task),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def bg_per_task(cells: Sequence[Cell], policy: str) -> float | None:
+    if policy not in cells[0].bg_delay:
+        return None
+    total = sum(c.bg_delay[policy][0] for c in cells)
+    tasks = sum(len(c.outcomes[policy]) for c in cells)
+    return total / tasks if tasks else None
+
+
+def judge(cell: Cell, policy: str, reference: str = "best-feasible") -> Verdict:
+    s = summarize(policy, cell.outcomes[policy])
+    ref = summarize(reference, cell.outcomes[reference])
+    busy = cell.regime != "light"
+    if busy and s.oracle_queued_pct < BUSY_QUEUED_PCT:
+        why = f"not busy: the oracle queued for {s.oracle_queued_pct:.0f}% of tasks"
+        return Verdict(cell.seed, False, True, why, s, ref)
+    fails = []
+    if busy:
+        p95_goal = max(ref.p95_extra_s / 4, 120.0)
+        if s.p95_extra_s > p95_goal:
+            fails.append(f"P95 {s.p95_extra_s:.0f} s > {p95_goal:.0f} s")
+        if s.mean_extra_s > ref.mean_extra_s / 3:
+            fails.append(f"mean {s.mean_extra_s:.0f} s > {ref.mean_extra_s / 3:.0f} s")
+        if s.near_fastest_pct < 90.0:
+            fails.append(f"near-fastest {s.near_fastest_pct:.1f}% < 90%")
+        if (s.wait_within_60s_pct or 0.0) < 80.0:
+            fails.append(f"wait ±1 min {s.wait_within_60s_pct}% < 80%")
+    else:
+        if s.mean_extra_s > ref.mean_extra_s + 1.0:
+            fails.append(f"mean {s.mean_extra_s:.0f} s > best-feasible's {ref.mean_extra_s:.0f} s")
+        if s.p95_extra_s > ref.p95_extra_s + 1.0:
+            fails.append(f"P95 {s.p95_extra_s:.0f} s > best-feasible's {ref.p95_extra_s:.0f} s")
+    return Verdict(cell.seed, True, not fails, "; ".join(fails) or "met", s, ref)
+
+
+def render(
+    cells: list[Cell], elapsed_s: float, header: str, judged: str, budget: float | None
+) -> tuple[str, dict[str, Any]]:
+    """The markdown report and its JSON twin."""
+    lines = [f"# Replay benchmark ({elapsed_s:.0f} s; {header})", ""]
+    data: dict[str, Any] = {"header": header, "judged": judged, "budget": budget, "groups": []}
+    groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
+    for c in cells:
+        groups[(c.trace, c.regime)].append(c)
+    all_ok = True
+    for (tname, regime), cs in groups.items():
+        util = {k: round(float(np.mean([c.utilization[k] for c in cs])), 2) for k in SITES}
+        lines += [f"## {tname}, {regime} (utilization {util})", ""]
+        lines.append("| " + " | ".join(COLUMNS) + " |")
+        lines.append("|" + "---|" * len(COLUMNS))
+        pols = sorted(cs[0].outcomes, key=lambda name: name == "oracle")  # the oracle last
+        group: dict[str, Any] = {"trace": tname, "regime": regime, "policies": {}, "seeds": []}
+        for p in pols:
+            s = summarize(p, [o for c in cs for o in c.outcomes[p]])
+            bg = bg_per_task(cs, p)
+            lines.append(row(s, bg))
+            group["policies"][p] = {**s.model_dump(), "bg_delay_s_per_task": bg}
+        lines.append("")
+        if judged in cs[0].outcomes and "best-feasible" in cs[0].outcomes:
+            verdicts = [judge(c, judged) for c in cs]
+            lines += _verdict_lines(judged, verdicts, budget)
+            for v in verdicts:
+                group["seeds"].append(
+                    {
+                        "seed": v.seed,
+                        "judged": v.judged,
+                        "ok": v.ok,
+                        "why": v.why,
+                        judged: v.summary.model_dump(),
+                        "best-feasible": v.reference.model_dump(),
+                    }
+                )
+            all_ok &= all(v.ok for v in verdicts)
+            cpt = float(np.mean([o.copies for c in cs for o in c.outcomes[judged]]))
+            if budget is not None and cpt > budget + 1e-9:
+                all_ok = False
+        data["groups"].append(group)
+    lines.append(f"**All targets met: {'yes' if all_ok else 'no'}** (judged: {judged}).")
+    data["all_ok"] = all_ok
+    return "\n".join(lines), data
+
+
+def _verdict_lines(judged: str, vs: list[Verdict], budget: float | None) -> list[str]:
+    out = [f"Per seed, {judged} against best-feasible:", ""]
+    out.append(
+        "| seed | judged | verdict | P95 extra s (bf) | mean extra s (bf) | near-fastest % "
+        "| wait ±1 min % | oracle queued % | copies/task |"
+    )
+    out.append("|" + "---|" * 9)
+    for v in vs:
+        s, r = v.summary, v.reference
+        out.append(
+            f"| {v.seed} | {'yes' if v.judged else 'no'} | {v.why} "
+            f"| {fmt_s(s.p95_extra_s)} ({fmt_s(r.p95_extra_s)}) "
+            f"| {fmt_s(s.mean_extra_s)} ({fmt_s(r.mean_extra_s)}) | {s.near_fastest_pct:.1f} "
+            f"| {_pct(s.wait_within_60s_pct)} | {s.oracle_queued_pct:.1f} "
+            f"| {s.copies_per_task:.2f} |"
+        )
+    judged_vs = [v for v in vs if v.judged]
+    if judged_vs:
+        worst = max(judged_vs, key=lambda v: v.summary.p95_extra_s)
+        out.append("")
+        out.append(
+            f"Worst judged seed ({worst.seed}): P95 {fmt_s(worst.summary.p95_extra_s)} s, "
+            f"mean {fmt_s(worst.summary.mean_extra_s)} s, near-fastest "
+            f"{worst.summary.near_fastest_pct:.1f}%; seeds meeting the targets: "
+            f"{sum(v.ok for v in judged_vs)} of {len(judged_vs)}"
+            + (f"; budget {budget} copies/task" if budget else "")
+            + "."
+        )
+    out.append("")
+    return out
+
+
+def write(out: Path, text: str, data: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
