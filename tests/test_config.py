@@ -154,10 +154,10 @@ def test_model_round_trip_keeps_ids() -> None:
 
 
 def test_placement_policy_is_named_in_the_config_and_checked(tmp_path: Path) -> None:
-    # the example deployment has cloud sites, which cannot withdraw copies: one copy each
-    assert load_config(REPO / "federation.example.yaml").placement == "best-feasible"
+    # the example names the default: auto (copies only where they can be withdrawn)
+    assert load_config(REPO / "federation.example.yaml").placement == "auto"
     path = write(tmp_path, "sites:\n  local:\n    backend: local\n")
-    assert load_config(path).placement == "earliest-start"
+    assert load_config(path).placement == "auto"
     bad = write(tmp_path, "placement: fastest\nsites:\n  local:\n    backend: local\n")
     with pytest.raises(ConfigError) as err:
         load_config(bad)

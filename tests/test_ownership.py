@@ -173,6 +173,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     store = Store(home / "coordinator.db")
     coord = FixedCoordinator(
         sites,
+        policy="earliest-start",  # one copy per task: bob's tasks stay where they are
         store=store,
         gate=PolicyGate(PolicySet(), audit, tokens=tokens),
         transfer_backends=LocalCopyBackend(["local", "delta"], home),

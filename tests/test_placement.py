@@ -150,11 +150,14 @@ def test_full_queue_is_avoided_and_trace_says_why() -> None:
     busy = _fed(
         delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}, pending={"gpuA100x4": 3})
     )
-    d = place(env, SPECS, busy, now=NOW)
+    d = place(env, SPECS, busy, policy="earliest-start", now=NOW)
     assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")
     delta = next(c for c in d.candidates if c.site == "delta")
     assert delta.predicted_wait_s >= 3600
     assert "3 pending ahead" in delta.why
+    twin = place(env, SPECS, busy, now=NOW)  # the default (auto): the twin, same verdict
+    assert (twin.chosen.site, twin.chosen.partition) == ("anvil", "gpu")
+    assert "twin:" in next(c for c in twin.candidates if c.site == "delta").why
     text = d.explain()
     assert "not delta/gpuA100x4: predicted wait" in text
     assert "GPU type h100 not in ['a100']" in text  # anvil/ai rejected, with the reason

@@ -122,9 +122,12 @@ class FederationConfig(Frozen):
     """How the ``local`` sites are reached: ``embedded`` (the offline service's shortcuts) or
     ``cloud`` (the strict stand-in of the Globus Compute service, as real endpoints are);
     default ``$FEDERATION_PATH``, else embedded."""
-    placement: str = "earliest-start"
-    """The placement policy by name (``twin-hedge``, ``twin-watch``, ``best-feasible``,
-    ``fixed:<site>``, ...; see :func:`federation.placement.policies.get_policy`)."""
+    placement: str = "auto"
+    """The placement policy by name: ``auto`` (the default: the twin policies, learning from
+    this deployment, with hedge copies only where they can be withdrawn; see
+    :mod:`federation.placement.learned`), or ``twin-hedge``, ``twin-watch``,
+    ``best-feasible``, ``earliest-start``, ``fixed:<site>``, ... (see
+    :func:`federation.placement.policies.get_policy`)."""
 
     @field_validator("placement")
     @classmethod
@@ -132,6 +135,8 @@ class FederationConfig(Frozen):
         from federation.core.errors import BadEnvelopeError
         from federation.placement.policies import get_policy
 
+        if name == "auto":
+            return name
         try:
             get_policy(name)
         except BadEnvelopeError as e:
@@ -154,6 +159,8 @@ class FederationConfig(Frozen):
     def _placement_the_sites_can_honour(self) -> FederationConfig:
         from federation.placement.policies import get_policy
 
+        if self.placement == "auto":  # copies only where they can be withdrawn
+            return self
         pol = get_policy(self.placement)
         hedges = pol.hedge_within is not None or pol.hedge_spread_s is not None
         copies = hedges or pol.watch is not None

@@ -13,6 +13,7 @@ from federation.core.envelope import ResourceEnvelope
 from federation.core.snapshot import FederationSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.candidates import PlacementDecision
+from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.policies import Policy, get_policy
 
 
@@ -20,16 +21,17 @@ def place(
     envelope: ResourceEnvelope,
     sites: Sequence[SiteSpec],
     snapshot: FederationSnapshot,
-    policy: str | Policy = "earliest-start",
+    policy: str | Policy = AUTO,
     now: datetime | None = None,
     *,
     new_task: bool = True,
 ) -> PlacementDecision:
     """Rank every feasible (site, partition) for ``envelope`` with a named policy.
 
-    ``new_task=False`` for a preview (no hedge budget earned or spent).
+    ``new_task=False`` for a preview (no hedge budget earned or spent). ``auto`` (the
+    default) is the twin on these sites with nothing learned yet (a coordinator keeps one
+    that learns: :class:`~federation.placement.learned.LearnedPlacement`).
     Raises :class:`NoFeasibleSiteError` (a reason per site) when nothing is feasible.
     """
-    return get_policy(policy).decide(
-        envelope, sites, snapshot, now or datetime.now(UTC), new_task=new_task
-    )
+    pol = LearnedPlacement(sites, hedge=False).policy if policy == AUTO else get_policy(policy)
+    return pol.decide(envelope, sites, snapshot, now or datetime.now(UTC), new_task=new_task)

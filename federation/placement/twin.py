@@ -28,7 +28,7 @@ from datetime import datetime
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
 from federation.core.spec import SiteSpec
-from federation.placement.candidates import enumerate_candidates
+from federation.placement.candidates import enumerate_candidates, snapshot_wait
 from federation.placement.runtime_model import UsageRatioModel
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 
@@ -127,7 +127,7 @@ class TwinPredictor:
             jobs.append(job)
         n_pend = len(pending)
         jobs += [self._as_pending(j, site.site, draw(), n_pend - i) for i, j in enumerate(pending)]
-        tw.submit_many(jobs)
+        tw.submit_many([_fit(job, spec, nodes) for job in jobs])
         return tw
 
     @staticmethod
@@ -253,8 +253,11 @@ class TwinPredictor:
                 ]
                 if not todo:
                     continue
-                tw = self.twin(site, now, q)
-                starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
+                try:
+                    tw = self.twin(site, now, q)
+                    starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
+                except SimRequestError:  # the decision falls back for this site (__call__)
+                    break
                 for (k, _), (start, _) in zip(todo, starts, strict=True):
                     wait = max(0.0, start - tw.now - self.start_delay_s)
                     self._waits[(site.site, site.taken_at, q, k)] = wait
@@ -262,7 +265,18 @@ class TwinPredictor:
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
     ) -> tuple[float, float, str]:
-        """The :data:`~federation.placement.candidates.WaitFn` interface."""
+        """The :data:`~federation.placement.candidates.WaitFn` interface. A site whose
+        snapshot the twin cannot replay (a job no partition of the site could hold) is
+        predicted from the snapshot alone, saying so."""
+        try:
+            return self._twin_wait(shape, part, site, now)
+        except SimRequestError as e:
+            mid, high, why = snapshot_wait(shape, part, site, now)
+            return mid, high, f"{why} (no twin: {e})"
+
+    def _twin_wait(
+        self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+    ) -> tuple[float, float, str]:
         n = self.usage.samples(site.site)
         if self.samples > 0 and n > 0:
             waits = sorted(self.wait(shape, site, now, q) for q in self._qs(site.site))
@@ -279,6 +293,23 @@ class TwinPredictor:
             f"({how}, usage model from {n} finished jobs)"
         )
         return mid, high, why
+
+
+def _fit(job: SimJob, spec: SiteSpec, nodes: Mapping[str, int]) -> SimJob:
+    """``job`` as the twin's partition can hold it: a real queue shows jobs over the
+    partition's documented limits (a special QOS, a reservation, a record from before a
+    change), which the twin keeps, at the most its partition allows."""
+    p = spec.partition(job.partition)
+    fitted = replace(
+        job,
+        walltime_s=min(job.walltime_s, float(p.max_walltime_s)),
+        run_s=min(job.run_s, float(p.max_walltime_s)),
+        nodes=min(job.nodes, nodes.get(p.name, job.nodes)),
+        cpus_per_node=min(job.cpus_per_node, p.cpus_per_node),
+        mem_mb_per_node=min(job.mem_mb_per_node, p.mem_gb_per_node * 1024),
+        gpus_per_node=min(job.gpus_per_node, p.gpus_per_node),
+    )
+    return job if fitted == job else fitted
 
 
 def _quantile(sorted_vals: list[float], q: float) -> float:

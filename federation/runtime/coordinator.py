@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from federation.placement.candidates import PlacementDecision
 from federation.placement.decide import place
 from federation.placement.drafting import EnvelopeDraft, TaskHints, draft_envelope
 from federation.placement.lateness import LateBoard, with_late_board
+from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.policies import Policy, get_policy
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.handles import TaskHandle, TaskResult
@@ -64,7 +66,7 @@ class Coordinator:
         self,
         backends: Iterable[SiteBackend],
         *,
-        policy: str | Policy = "earliest-start",
+        policy: str | Policy = AUTO,
         probe_timeout_s: float = 30.0,
         probe_interval_s: float = 0.0,
         telemetry: Telemetry | None = None,
@@ -112,6 +114,14 @@ class Coordinator:
         self.late_board = LateBoard(self._hedging.queued_copies)
         """Our own copies still queued past their predictions
         (:mod:`federation.placement.lateness`)."""
+        self.learned: LearnedPlacement | None = None
+        """The ``auto`` policy's learned predictors (None for a named policy)."""
+        if policy == AUTO:
+            withdrawable = [b for b in self.backends.values() if b.can_cancel]
+            self.learned = LearnedPlacement(
+                [b.spec for b in self.backends.values()], hedge=len(withdrawable) >= 2
+            )
+            self.events.subscribe(self._learn_runtime)
         self.charge_late_copies = False
         """A watching policy's waits are charged :attr:`late_board` when set (off by
         default: on the replay it helped the CEA-Curie busy window and hurt KTH-SP2's
@@ -123,6 +133,8 @@ class Coordinator:
         sites = probe_sites(self.backends, self.probe_timeout_s)
         snap = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(sites))
         self._last_snapshot = snap
+        if self.learned is not None:
+            self.learned.look(snap)
         if self.telemetry is not None:
             self.telemetry.record(snap)
         return snap
@@ -162,7 +174,8 @@ class Coordinator:
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
         policy = self._placer()
-        decision = place(envelope, specs, snap, policy=policy)
+        with self.deciding_for(task.label or code_hash):
+            decision = place(envelope, specs, snap, policy=policy)
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
         self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
@@ -189,10 +202,26 @@ class Coordinator:
 
     def _placer(self) -> Policy:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
-        pol = get_policy(self.policy)
+        if self.learned is not None and isinstance(self.policy, str) and self.policy == AUTO:
+            pol = self.learned.policy
+        else:
+            pol = get_policy(self.policy)
         if self.charge_late_copies and pol.watch is not None:
             return with_late_board(pol, self.late_board)
         return pol
+
+    def deciding_for(self, workload: str) -> AbstractContextManager[None]:
+        """Decisions inside rank shapes by ``workload``'s learned runtimes (``auto``)."""
+        return self.learned.workload(workload) if self.learned is not None else nullcontext()
+
+    def _learn_runtime(self, ev: Event) -> None:
+        """``auto`` learns each finished task's runtime where it ran."""
+        if ev.kind != "task.completed" or self.learned is None:
+            return
+        h = self._handles.get(ev.task_id)
+        if h is None or h.runtime_s is None:
+            return
+        self.learned.ran(h.label or h.code_hash, h.shape, h.runtime_s)
 
     # --- draft_envelope / cancel ----------------------------------------------------------
     def draft_envelope(self, description: str, hints: TaskHints | None = None) -> EnvelopeDraft:

@@ -53,9 +53,9 @@ def serve_command(
     placement: Annotated[
         str | None,
         typer.Option(
-            help="placement policy: earliest-start, shortest-queue, best-feasible, "
-            "twin-hedge, twin-watch or fixed:<site> (default: the config's `placement`, "
-            "else earliest-start)",
+            help="placement policy: auto (the learned twin; hedges only where copies can "
+            "be withdrawn), earliest-start, shortest-queue, best-feasible, twin-hedge, "
+            "twin-watch or fixed:<site> (default: the config's `placement`, else auto)",
             show_default=False,
         ),
     ] = None,
@@ -69,7 +69,7 @@ def serve_command(
     from federation.interfaces.service.server import serve
     from federation.placement.policies import get_policy
 
-    if placement is not None:
+    if placement is not None and placement != "auto":
         try:
             get_policy(placement)
         except BadEnvelopeError as e:

@@ -67,7 +67,7 @@ def serve(
     sites of a ``federation.yaml`` (local and Globus Compute cloud sites), durable. Either
     way every submission passes the caller policy gate (``home/policy.yaml``, token
     policies) and is written to the audit log. ``placement`` names the placement policy
-    (default: the config's ``placement``, else ``earliest-start``).
+    (default: the config's ``placement``, else ``auto``).
     """
     from federation.interfaces.service.app import create_app
     from federation.security.policy import PolicyGate

@@ -1,0 +1,131 @@
+"""The default placement (``auto``): the replay's best policy, with predictors that learn from
+what a coordinator sees.
+
+The replay benchmark ranks the digital twin policies first (``twin-watch`` where copies can be
+withdrawn, ``twin`` otherwise) and ``earliest-start`` far below (README, "Placement and the
+replay benchmark"). A coordinator has no trace to learn from, so :class:`LearnedPlacement`
+learns from its own deployment, from the first task on:
+
+* **Queue usage** (:class:`~.runtime_model.UsageRatioModel`): every snapshot's running jobs
+  are censored observations of used/requested time; a job seen running in one snapshot and
+  gone from the next ended in between, which is an observation (its end is taken midway
+  between the two looks; the probe reads ``squeue``, not ``sacct``).
+* **Task runtimes** (:class:`~.runtime_model.TaskRuntimeModel`, datasheet GPU prior): every
+  finished task, keyed by its workload (the task's label, else its code hash). A workload
+  never seen yet is ranked by predicted start (runtime 0 everywhere, except the
+  datasheet's speed ratios), which is what ``earliest-start`` does, on the twin's waits.
+* **Placement**: ``twin-watch`` (sampled twins, a hedge budget of 1.2 copies per task) when
+  copies can be withdrawn on at least two sites, else ``twin`` (the conservative quantile
+  twin, one copy).
+
+Thread safety: the learned state is updated under a lock; the workload a decision is for is
+passed through a context variable (:meth:`workload`), so concurrent submissions do not mix.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+from federation.core.envelope import Shape
+from federation.core.hardware import speed_prior
+from federation.core.snapshot import FederationSnapshot, SiteSnapshot
+from federation.core.spec import SiteSpec
+from federation.placement.budget import HedgeBudget
+from federation.placement.policies import Policy, Watch, twin, twin_watch
+from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel
+from federation.placement.twin import TwinPredictor
+
+__all__ = ["AUTO", "LearnedPlacement"]
+
+AUTO = "auto"
+_WORKLOAD: contextvars.ContextVar[str | None] = contextvars.ContextVar("workload", default=None)
+
+
+class LearnedPlacement:
+    """The ``auto`` policy and what it learns (see the module docstring)."""
+
+    def __init__(
+        self,
+        specs: Sequence[SiteSpec],
+        *,
+        hedge: bool,
+        copies_per_task: float = 1.2,
+        samples: int = 16,
+        watch: Watch | None = None,
+    ) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.usage = UsageRatioModel()
+        self.runtimes = TaskRuntimeModel(speed=speed_prior(specs))
+        self._lock = threading.Lock()
+        self._running: dict[str, dict[str, tuple[datetime, float, str | None]]] = {}
+        self._last_look: dict[str, datetime] = {}
+        self.hedge = hedge
+        if hedge:
+            predictor = TwinPredictor(self.specs, self.usage, samples=samples)
+            self.budget: HedgeBudget | None = HedgeBudget(copies_per_task=copies_per_task)
+            self.policy: Policy = twin_watch(
+                predictor, self._runtime, watch=watch, budget=self.budget
+            )
+        else:
+            self.budget = None
+            self.policy = twin(TwinPredictor(self.specs, self.usage), self._runtime)
+        self.policy.notes["auto"] = (
+            f"auto: {self.policy.name} ({'copies can be withdrawn' if hedge else 'one copy'})"
+        )
+
+    # -- what a decision is for ------------------------------------------------------------
+
+    @contextmanager
+    def workload(self, key: str | None) -> Iterator[None]:
+        """Decisions inside are for workload ``key`` (its learned runtimes rank the shapes)."""
+        token = _WORKLOAD.set(key)
+        try:
+            yield
+        finally:
+            _WORKLOAD.reset(token)
+
+    def _runtime(self, shape: Shape) -> float:
+        key = _WORKLOAD.get()
+        if key is None:
+            return 0.0
+        with self._lock:
+            return self.runtimes.predict(key, shape, default_s=0.0)
+
+    # -- learning --------------------------------------------------------------------------
+
+    def look(self, snapshot: FederationSnapshot) -> None:
+        """Learn from a probe round: running jobs (censored), and jobs that ended since."""
+        with self._lock:
+            for site in snapshot.sites:
+                if site.health.reachable:
+                    self._look_site(site)
+
+    def _look_site(self, site: SiteSnapshot) -> None:
+        self.usage.look(site)
+        now = site.taken_at
+        before = self._running.get(site.site, {})
+        last = self._last_look.get(site.site)
+        seen: dict[str, tuple[datetime, float, str | None]] = {}
+        for j in site.jobs:
+            if j.state == "running" and j.start_time is not None and j.time_limit_s:
+                seen[j.job_id] = (j.start_time, float(j.time_limit_s), j.partition)
+        if last is not None and now > last:
+            midway = last + (now - last) / 2
+            for job_id, (start, limit_s, partition) in before.items():
+                if job_id in seen:
+                    continue
+                used = max(0.0, min(limit_s, (midway - start).total_seconds()))
+                self.usage.observe(site.site, limit_s, used, partition)
+        self._running[site.site] = seen
+        self._last_look[site.site] = now
+
+    def ran(self, workload: str, shape: Shape, runtime_s: float) -> None:
+        """A task of ``workload`` ran ``runtime_s`` at ``shape``."""
+        if runtime_s <= 0:
+            return
+        with self._lock:
+            self.runtimes.observe(workload, shape, runtime_s)
