@@ -53,6 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.live_compare import compare_lines, replay_means, wait_miss_lines  # noqa: E402
 from federation.core.envelope import ResourceEnvelope, Shape  # noqa: E402
 from federation.core.errors import NoFeasibleSiteError  # noqa: E402
 from federation.core.hardware import speed_prior  # noqa: E402
@@ -221,6 +222,19 @@ class LiveResult:
                     cells.append(str(v))
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
+
+
+def compare_with_replay(res: LiveResult, args: argparse.Namespace) -> list[str]:
+    """Predicted-wait misses per policy, and the ranking beside the replay's."""
+    lines = ["Predicted wait against the wait sacct recorded:", ""]
+    lines += wait_miss_lines(res.rows, res.policies)
+    lines.append("")
+    label = f"{args.trace}:{args.replay_regime}"
+    try:
+        replay = replay_means(args.replay, args.trace, args.replay_regime)
+    except (OSError, KeyError, ValueError) as e:
+        return [*lines, f"No replay to compare with ({e}); run bench/replay.py first."]
+    return lines + compare_lines(res.table(), replay, f"{label}, {args.replay.name}")
 
 
 def _pct(k: int, n: int) -> float:
@@ -595,6 +609,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed", default="delta", help="the fixed-site baseline's site")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hedge", action="store_true", help="compare twin-hedge and twin-watch too")
+    ap.add_argument(
+        "--replay",
+        type=Path,
+        default=ROOT / "bench" / "results" / "replay.json",
+        help="the replay's JSON results, to compare the ranking with",
+    )
+    ap.add_argument("--replay-regime", default="busy", help="the replay group's regime")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "live.md")
     args = ap.parse_args(argv)
     res = run_live(
@@ -609,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         hedge=args.hedge,
     )
-    report = res.render()
+    report = res.render() + "\n" + "\n".join(compare_with_replay(res, args)) + "\n"
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)

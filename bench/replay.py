@@ -1,22 +1,38 @@
 """Replay benchmark: placement policies on a simulated four-site federation under real load.
 
-    python bench/replay.py                       # default grid, prints and writes the table
-    python bench/replay.py --seeds 1 --hours 12  # a quick look
+    python bench/replay.py                                   # KTH-SP2, CEA-Curie; light, busy
+    python bench/replay.py --traces all --seeds 6 --jobs 2   # every shared trace (README tables)
+    python bench/replay.py --traces my-site.swf.gz --regimes busy  # your own site's log
+    python bench/replay.py --seeds 1 --hours 6               # a quick look
 
 Four sites shaped like the paper's (Delta, DeltaAI, Anvil, Vista: partitions, GPU types and
 per-node counts from endpoint_configs/*/site.yaml, node counts scaled down), each a
 Slurm-like queue in virtual time (priority FIFO with EASY backfill, federation.sim.queue)
-loaded with jobs replayed from real logs (KTH-SP2 and CEA-Curie from the Parallel
-Workloads Archive; ../shared/traces or $FEDERATION_TRACES), scaled to each site's size and
-a target utilization. Every 30 virtual minutes a round of three probe tasks (CPU
-preparation, single-GPU inference, DDP training) is placed by every policy through the
-real placement code. The oracle plays every feasible (site, partition, shape) forward from
-the same queue state (``SimSite.what_if``), so every policy is scored against the same
-outcomes. Predictors see what a real coordinator sees: snapshots up to a probe interval
-old, requested walltimes of background jobs, how long *finished* jobs ran (sacct) and how
-long the running ones have run so far (squeue), the runtimes of earlier probe tasks once
-they have ended (of the copy that ran), and a datasheet prior of GPU speed
-(``--runtime-prior``); not true runtimes, runtime noise, or start delays.
+loaded with jobs replayed from a real log, scaled to each site's size and a target
+utilization. ``--traces`` takes names (KTH-SP2, CEA-Curie, ALCF-Theta, Alibaba-GPU, found in
+../shared/traces or $FEDERATION_TRACES), paths to Standard Workload Format files (.swf,
+.swf.gz, as the Parallel Workloads Archive publishes them) or Alibaba pod lists, or ``all``;
+other formats plug in through ``federation.sim.trace_readers``. KTH-SP2 and CEA-Curie are the
+traces the placement was developed on; every other trace is held out, and no parameter is set
+per trace.
+
+Every 30 virtual minutes a round of three probe tasks (CPU preparation, single-GPU inference,
+DDP training) is placed by every policy through the real placement code, each policy in its
+own world (``bench/replay_cell.py``, ``federation.sim.world``): its copies are jobs in the
+queues it placed them in, seen by backfill and by every other job, until they start or are
+cancelled. The coordinator sees a copy's start at its next look (``--seen-every-s``, a real
+site's ``job_check_s``) and cancels the others then; a copy that started meanwhile ran as a
+duplicate and is charged. A world without tasks gives the background jobs' own waits, so the
+extra wait the tasks and copies cause them is reported (bg delay s/task). Hedging policies buy
+copies from a budget (``--budget``, 1.2 copies per task).
+
+The oracle plays every feasible (site, partition, shape) forward from the policy's own queue
+state (``SimSite.what_if``). Predictors see what a real coordinator sees: snapshots up to a
+probe interval old, requested walltimes of background jobs, how long *finished* jobs ran
+(sacct) and how long the running ones have run so far (squeue), the runtimes of earlier probe
+tasks once they have ended, and a datasheet prior of GPU speed; not true runtimes, runtime
+noise, or start delays. The report (``bench/replay_report.py``) judges the ``--judge`` policy
+per seed against best-feasible and writes markdown and JSON (``bench/results/replay.*``).
 """
 
 from __future__ import annotations
@@ -119,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--watch-margin-s", type=float, default=Watch.margin_s)
     ap.add_argument("--runtime-prior", choices=("datasheet", "none"), default="datasheet")
     ap.add_argument("--runtime-optimism", type=float, default=0.05)
+    ap.add_argument(
+        "--own-jobs",
+        choices=("on", "off"),
+        default="on",
+        help="decisions see the copies shipped since their snapshot (off: as before)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
@@ -157,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         budget=args.budget or None,
         runtime_prior=args.runtime_prior == "datasheet",
         runtime_optimism=args.runtime_optimism,
+        own_jobs=args.own_jobs == "on",
     )
     jobs = [
         (spec, tdir, regime, seed, opts, args.judge)
@@ -183,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.budget or 'none'} copies/task; twin samples {args.twin_single_samples} (twin) "
         f"/ {args.twin_samples} (hedging); watch every {args.watch_every_s:g} s, overdue "
         f"{args.watch_overdue_s:g} s, margin {args.watch_margin_s:g} s, max copies "
-        f"{args.watch_max_copies}; runtime prior {args.runtime_prior}"
+        f"{args.watch_max_copies}; runtime prior {args.runtime_prior}; own jobs {args.own_jobs}"
     )
     text, data = render(cells, time.monotonic() - t0, header, args.judge, opts.budget)
     print(text)

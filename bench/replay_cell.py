@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -41,10 +41,11 @@ from federation.core.spec import SiteSpec
 from federation.placement.budget import HedgeBudget
 from federation.placement.candidates import Candidate, PlacementDecision, enumerate_candidates
 from federation.placement.metrics import Outcome
+from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy
 from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel
 from federation.placement.twin import TwinPredictor
-from federation.sim.queue import DEFAULT_EPOCH, SimSite
+from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimSite
 from federation.sim.trace_model import TraceJob
 from federation.sim.world import TaskRun, World, background_delay
 
@@ -109,6 +110,18 @@ class Arm:
     pending: list[Task] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     last_look: float = 0.0
+    shipped: list[tuple[Shape, datetime]] = field(default_factory=list)
+    """Copies shipped this tick: what the tick's snapshot cannot show yet."""
+
+    def ship(self, run: TaskRun, c: Candidate, job: SimJob, now_dt: datetime) -> None:
+        self.world.submit(run, c.site, job)
+        self.shipped.append((c.shape, now_dt))
+
+    def view(self, fed: FederationSnapshot) -> FederationSnapshot:
+        """The tick's snapshot with this tick's own copies in it (as a coordinator keeps)."""
+        return with_own_jobs(fed, self.shipped) if self.own_jobs else fed
+
+    own_jobs: bool = True
 
     @property
     def watching(self) -> bool:
@@ -137,7 +150,9 @@ def make_arm(
         w.name: make_policy(name, twin_pred, single, slurm, rt_of(w), opts, budget)
         for w in WORKLOADS
     }
-    return Arm(name, World.cloned(sims, opts.seen_every_s), usage, learning, slurm, policies)
+    arm = Arm(name, World.cloned(sims, opts.seen_every_s), usage, learning, slurm, policies)
+    arm.own_jobs = opts.own_jobs
+    return arm
 
 
 def run_cell(
@@ -233,6 +248,7 @@ def _step(
         return
     now_dt = DEFAULT_EPOCH + timedelta(seconds=t)
     fed = FederationSnapshot(taken_at=now_dt, sites=tuple(snaps))
+    a.shipped = []
     _watch(a, [k for k in overdue if k.run.winner is None], specs, fed, now_dt, t)
     if is_round:
         for wl, noise in zip(WORKLOADS, noises, strict=True):
@@ -292,7 +308,7 @@ def _watch(
             fresh[k.w.name] = pol.decide(
                 k.w.envelope,
                 list(specs.values()),
-                fed,
+                a.view(fed),
                 now_dt,  # type: ignore[arg-type]
                 new_task=False,
             )
@@ -300,7 +316,7 @@ def _watch(
         c = pol.extra_copy(k.first, fresh[k.w.name], k.placed, t - k.submit_s, k.placed, ages)
         if c is None:
             continue
-        a.world.submit(k.run, c.site, probe_job(k.w, c, specs, k.noise))
+        a.ship(k.run, c, probe_job(k.w, c, specs, k.noise), now_dt)  # type: ignore[arg-type]
         k.placed.append(c)
 
 
@@ -333,6 +349,7 @@ def _one_task(
                 best = se
     assert best is not None
     pol = a.policies[w.name]
+    fed = a.view(fed)
     d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
     slurm_wait = None
     if a.name.startswith("twin"):
@@ -343,7 +360,7 @@ def _one_task(
     run = TaskRun(t)
     copies = [d.chosen, *d.hedges]
     for c in copies:
-        a.world.submit(run, c.site, probe_job(w, c, specs, noise))
+        a.ship(run, c, probe_job(w, c, specs, noise), now_dt)  # type: ignore[arg-type]
     a.pending.append(Task(w, t, noise, d, list(copies), run, best, slurm_wait))
 
 

@@ -111,6 +111,8 @@ class CellOptions:
     """Copies per task at most on average for hedging policies (None: no budget)."""
     runtime_prior: bool = True
     runtime_optimism: float = 0.05
+    own_jobs: bool = True
+    """Decisions see the copies shipped since the snapshot (federation.placement.overlay)."""
 
 
 def true_runtime(w: Workload, shape: Shape, spec: SiteSpec, noise: float) -> float:

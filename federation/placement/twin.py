@@ -33,7 +33,7 @@ from federation.placement.runtime_model import UsageRatioModel
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 
 _ProbeKey = tuple[str, float, int, int, int, int]
-_WaitKey = tuple[str, datetime, float, _ProbeKey]
+_WaitKey = tuple[str, datetime, int, float, _ProbeKey]
 
 
 class TwinPredictor:
@@ -70,12 +70,12 @@ class TwinPredictor:
         self.q_mid, self.q_high = q_mid, q_high
         self.start_delay_s = start_delay_s
         self.samples = samples
-        self._cache: dict[tuple[str, datetime, float], SimSite] = {}
+        self._cache: dict[tuple[str, datetime, int, float], SimSite] = {}
         self._waits: dict[_WaitKey, float] = {}
 
     def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
         """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
-        key = (site.site, site.taken_at, q)
+        key = (site.site, site.taken_at, len(site.jobs), q)
         tw = self._cache.get(key)
         if tw is None:
             if len(self._cache) > 4 * self._cache_size():  # a safety net; see prepare()
@@ -211,7 +211,7 @@ class TwinPredictor:
         return [self.q_mid, self.q_high]
 
     def wait(self, shape: Shape, site: SiteSnapshot, now: datetime, q: float) -> float:
-        key = (site.site, site.taken_at, q, self._probe_key(shape))
+        key = (site.site, site.taken_at, len(site.jobs), q, self._probe_key(shape))
         w = self._waits.get(key)
         if w is None:
             tw = self.twin(site, now, q)
@@ -249,7 +249,7 @@ class TwinPredictor:
                 todo = [
                     (k, sh)
                     for k, sh in shapes.items()
-                    if (site.site, site.taken_at, q, k) not in self._waits
+                    if (site.site, site.taken_at, len(site.jobs), q, k) not in self._waits
                 ]
                 if not todo:
                     continue
@@ -260,7 +260,7 @@ class TwinPredictor:
                     break
                 for (k, _), (start, _) in zip(todo, starts, strict=True):
                     wait = max(0.0, start - tw.now - self.start_delay_s)
-                    self._waits[(site.site, site.taken_at, q, k)] = wait
+                    self._waits[(site.site, site.taken_at, len(site.jobs), q, k)] = wait
 
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime

@@ -9,13 +9,14 @@ report), ``holds`` (tasks the policy gate holds) and ``recovery``, all modules o
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from federation.core.envelope import ResourceEnvelope
+from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import FederationError, TaskFailedError, UnknownSiteError
 from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import ShellTask, TaskSpec, check_serializable
@@ -24,6 +25,7 @@ from federation.placement.decide import place
 from federation.placement.drafting import EnvelopeDraft, TaskHints, draft_envelope
 from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
+from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.handles import TaskHandle, TaskResult
@@ -114,6 +116,8 @@ class Coordinator:
         self.late_board = LateBoard(self._hedging.queued_copies)
         """Our own copies still queued past their predictions
         (:mod:`federation.placement.lateness`)."""
+        self._shipped: deque[tuple[Shape, datetime]] = deque(maxlen=256)
+        """The latest placements (shape, when), for :meth:`_own_view`."""
         self.learned: LearnedPlacement | None = None
         """The ``auto`` policy's learned predictors (None for a named policy)."""
         if policy == AUTO:
@@ -175,7 +179,8 @@ class Coordinator:
         specs = [b.spec for b in self.backends.values()]
         policy = self._placer()
         with self.deciding_for(task.label or code_hash):
-            decision = place(envelope, specs, snap, policy=policy)
+            decision = place(envelope, specs, self._own_view(snap), policy=policy)
+        self._note_shipped(decision)
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
         self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
@@ -209,6 +214,19 @@ class Coordinator:
         if self.charge_late_copies and pol.watch is not None:
             return with_late_board(pol, self.late_board)
         return pol
+
+    def _own_view(self, snap: FederationSnapshot) -> FederationSnapshot:
+        """``snap`` with the tasks this coordinator placed since it was taken
+        (:mod:`federation.placement.overlay`): a burst placed from one snapshot sees itself."""
+        with self._lock:
+            shipped = list(self._shipped)
+        return with_own_jobs(snap, shipped)
+
+    def _note_shipped(self, decision: PlacementDecision) -> None:
+        at = decision.decided_at
+        with self._lock:
+            for c in (decision.chosen, *decision.hedges):
+                self._shipped.append((c.shape, at))
 
     def deciding_for(self, workload: str) -> AbstractContextManager[None]:
         """Decisions inside rank shapes by ``workload``'s learned runtimes (``auto``)."""
