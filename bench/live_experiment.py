@@ -61,6 +61,7 @@ from federation.core.spec import SiteSpec  # noqa: E402
 from federation.core.tasks import ShellTask  # noqa: E402
 from federation.deploy.local import LocalSites  # noqa: E402
 from federation.parsing.times import parse_duration  # noqa: E402
+from federation.placement.budget import HedgeBudget  # noqa: E402
 from federation.placement.policies import (  # noqa: E402
     Policy,
     Watch,
@@ -395,7 +396,12 @@ def make_policies(
     samples: int,
     hedge: bool = False,
     round_s: float = 30.0,
+    budgets: dict[str, HedgeBudget] | None = None,
 ) -> list[Policy]:
+    """The compared policies for one workload; the hedging ones buy copies from
+    ``budgets`` (one per policy, shared across workloads: 1.2 copies per task)."""
+    budgets = budgets if budgets is not None else {}
+
     def rt(shape: Shape) -> float:
         return runtimes.predict(w.name, shape, default_s=w.default_s)
 
@@ -411,8 +417,8 @@ def make_policies(
         fixed_site(fixed),
         bf,
         ours,
-        twin_hedge(predictor, rt),
-        twin_watch(predictor, rt, watch=watch),
+        twin_hedge(predictor, rt, budget=budgets.get("twin-hedge")),
+        twin_watch(predictor, rt, watch=watch, budget=budgets.get("twin-watch")),
     ]
 
 
@@ -460,8 +466,9 @@ def run_live(
     warm = min(60.0, round_s * 2)
     coord = local.connect(telemetry=False, probe_timeout_s=120)
     usage, runtimes = UsageRatioModel(), TaskRuntimeModel(speed=speed_prior(specs.values()))
+    budgets = {n: HedgeBudget() for n in ("twin-hedge", "twin-watch")}
     policies = {
-        w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge, round_s)
+        w.name: make_policies(specs, usage, runtimes, w, fixed, samples, hedge, round_s, budgets)
         for w in WORKLOADS
     }
     names = [p.name for p in policies[WORKLOADS[0].name]]
