@@ -47,10 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from federation.sim.trace_readers import all_shared_traces, load_trace  # noqa: E402
-
 from bench.replay_cell import Cell, run_cell  # noqa: E402
-from bench.replay_report import render, write  # noqa: E402
+from bench.replay_report import render, render_compact, write  # noqa: E402
 from bench.replay_setup import (  # noqa: E402
     POLICIES,
     REGIMES,
@@ -63,6 +61,7 @@ from bench.replay_setup import (  # noqa: E402
 )
 from federation.placement.policies import Watch  # noqa: E402
 from federation.sim.trace_model import TraceFormatError, TraceJob  # noqa: E402
+from federation.sim.trace_readers import all_shared_traces, load_trace  # noqa: E402
 
 TRACES = {"KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz", "CEA-Curie": "CEA-Curie-2011-2.1-cln.swf.gz"}
 """The traces the placement was developed on (the default grid); every other shared trace
@@ -141,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="decisions see the copies shipped since their snapshot (off: as before)",
     )
+    ap.add_argument(
+        "--late-board",
+        choices=("on", "off"),
+        default="on",
+        help="twin policies charge a request the lateness of their own queued copies",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
     args = ap.parse_args(argv)
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime_prior=args.runtime_prior == "datasheet",
         runtime_optimism=args.runtime_optimism,
         own_jobs=args.own_jobs == "on",
+        late_board=args.late_board == "on",
     )
     jobs = [
         (spec, tdir, regime, seed, opts, args.judge)
@@ -206,9 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.budget or 'none'} copies/task; twin samples {args.twin_single_samples} (twin) "
         f"/ {args.twin_samples} (hedging); watch every {args.watch_every_s:g} s, overdue "
         f"{args.watch_overdue_s:g} s, margin {args.watch_margin_s:g} s, max copies "
-        f"{args.watch_max_copies}; runtime prior {args.runtime_prior}; own jobs {args.own_jobs}"
+        f"{args.watch_max_copies}; runtime prior {args.runtime_prior}; own jobs {args.own_jobs}; "
+        f"late board {args.late_board}"
     )
     text, data = render(cells, time.monotonic() - t0, header, args.judge, opts.budget)
+    text += "\n\n## Summary (the README's table)\n\n" + render_compact(data)
     print(text)
     write(args.out, text, data)
     return 0

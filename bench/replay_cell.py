@@ -39,7 +39,13 @@ from federation.core.hardware import speed_prior
 from federation.core.snapshot import FederationSnapshot, SiteSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.budget import HedgeBudget
-from federation.placement.candidates import Candidate, PlacementDecision, enumerate_candidates
+from federation.placement.candidates import (
+    Candidate,
+    PlacementDecision,
+    WaitFn,
+    enumerate_candidates,
+)
+from federation.placement.lateness import LateAdjusted, LateBoard, QueuedCopy
 from federation.placement.metrics import Outcome
 from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy
@@ -50,6 +56,9 @@ from federation.sim.trace_model import TraceJob
 from federation.sim.world import TaskRun, World, background_delay
 
 DAY_S = 86400.0
+DRAIN_S = 7 * DAY_S
+"""After the rounds and a day of watching, tasks still queued are played on (no more
+decisions) for at most this long, so that their real completion is scored."""
 
 
 @dataclass
@@ -135,12 +144,16 @@ def make_arm(
     prior = speed_prior(specs.values()) if opts.runtime_prior else None
     learning = Learning(TaskRuntimeModel(speed=prior, optimism=opts.runtime_optimism))
     slurm = TwinPredictor(specs, UsageRatioModel())  # Slurm's own estimate: every job to its limit
-    twin_pred = TwinPredictor(specs, usage, samples=opts.twin_samples)
-    single = (
+    twin_pred: WaitFn = TwinPredictor(specs, usage, samples=opts.twin_samples)
+    single: WaitFn = (
         twin_pred
         if opts.single_samples == opts.twin_samples
         else TwinPredictor(specs, usage, samples=opts.single_samples)
     )
+    holder: list[Arm] = []
+    if opts.late_board:  # our own copies queued past their predictions, as evidence
+        board = LateBoard(lambda: _queued_copies(holder[0]))
+        twin_pred, single = LateAdjusted(twin_pred, board), LateAdjusted(single, board)
     budget = HedgeBudget(copies_per_task=opts.budget) if opts.budget else None
 
     def rt_of(w: Workload) -> Callable[[Shape], float]:
@@ -152,7 +165,19 @@ def make_arm(
     }
     arm = Arm(name, World.cloned(sims, opts.seen_every_s), usage, learning, slurm, policies)
     arm.own_jobs = opts.own_jobs
+    holder.append(arm)
     return arm
+
+
+def _queued_copies(a: Arm) -> list[QueuedCopy]:
+    """The arm's copies still queued now, with their predicted waits (what a coordinator
+    knows of its own jobs)."""
+    out = []
+    for k in a.pending:
+        for c, cand in zip(k.run.copies, k.placed, strict=True):
+            if c.cancelled_s is None and a.world.status(c).start_s is None:
+                out.append(QueuedCopy(cand.shape, cand.predicted_wait_s, a.world.now - c.submit_s))
+    return out
 
 
 def run_cell(
@@ -188,12 +213,17 @@ def run_cell(
         if is_round:
             next_round += 1800.0
         t = _next_tick(t, next_round, end, watch_s, any(a.pending for a in arms))
+    for a in arms:  # no more judging: the queues drain (arrivals ended) until all started
+        drain_end = a.world.now + DRAIN_S
+        while a.pending and a.world.now < drain_end:
+            a.world.advance(min(drain_end, a.world.now + 3600.0))
+            _score_started(a, specs)
     final = max(a.world.now for a in arms) + DAY_S / 2
     outcomes: dict[str, list[Outcome]] = {}
     bg: dict[str, tuple[float, int]] = {}
     base.advance(final)
     for a in arms:
-        for task in a.pending:  # still queued a day after the last round: scored as they stand
+        for task in a.pending:  # still queued after the drain: scored as they stand
             a.world.withdraw(task.run)
             a.outcomes.append(_unstarted_outcome(task, a.world.now))
         a.world.advance(final)

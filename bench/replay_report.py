@@ -201,3 +201,38 @@ def write(out: Path, text: str, data: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+COMPACT = ("fixed:delta", "earliest-start", "best-feasible", "twin", "twin-watch")
+
+
+def render_compact(data: dict[str, Any]) -> str:
+    """The README's table: per trace and regime, the key policies' pooled figures and the
+    judged policy's per-seed verdict (printed by ``bench/replay.py`` after the full report)."""
+    judged = data["judged"]
+    lines = [
+        "| trace | regime | policy | mean extra s | P95 extra s | near-fastest % "
+        "| wait ±1 min % (Slurm est.) | copies/task | held s/task | dup. run s/task "
+        "| bg delay s/task | seeds meeting targets |",
+        "|" + "---|" * 12,
+    ]
+    for g in data["groups"]:
+        judged_seeds = [s for s in g["seeds"] if s["judged"]]
+        met = f"{sum(s['ok'] for s in judged_seeds)} of {len(judged_seeds)}"
+        if len(judged_seeds) < len(g["seeds"]):
+            met += f" ({len(g['seeds']) - len(judged_seeds)} not busy)"
+        for p in COMPACT:
+            s = g["policies"].get(p)
+            if s is None:
+                continue
+            slurm = s["slurm_within_60s_pct"]
+            wait = f"{_pct(s['wait_within_60s_pct'])}" + (f" ({slurm:.1f})" if slurm else "")
+            bg = s["bg_delay_s_per_task"]
+            lines.append(
+                f"| {g['trace']} | {g['regime']} | {p} | {fmt_s(s['mean_extra_s'])} "
+                f"| {fmt_s(s['p95_extra_s'])} | {s['near_fastest_pct']:.1f} | {wait} "
+                f"| {s['copies_per_task']:.2f} | {fmt_s(s['hedge_held_s_per_task'])} "
+                f"| {fmt_s(s['duplicate_run_s_per_task'])} | {'-' if bg is None else fmt_s(bg)} "
+                f"| {met if p == judged else ''} |"
+            )
+    return "\n".join(lines)

@@ -18,7 +18,7 @@ import numpy as np
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.spec import SiteSpec, load_sites
 from federation.placement.budget import HedgeBudget
-from federation.placement.candidates import Candidate
+from federation.placement.candidates import Candidate, WaitFn
 from federation.placement.policies import (
     Policy,
     Watch,
@@ -112,6 +112,9 @@ class CellOptions:
     runtime_prior: bool = True
     runtime_optimism: float = 0.05
     own_jobs: bool = True
+    late_board: bool = True
+    """The twin policies charge a request the lateness of their own queued copies no larger
+    than it (federation.placement.lateness)."""
     """Decisions see the copies shipped since the snapshot (federation.placement.overlay)."""
 
 
@@ -173,8 +176,8 @@ def probe_job(w: Workload, c: Candidate, specs: dict[str, SiteSpec], noise: floa
 
 def make_policy(
     name: str,
-    twin_pred: TwinPredictor,
-    single: TwinPredictor,
+    twin_pred: WaitFn,
+    single: WaitFn,
     slurm: TwinPredictor,
     runtime: Callable[[Shape], float],
     opts: CellOptions,

@@ -78,7 +78,7 @@ def test_copies_that_start_before_the_look_run_as_duplicates_until_then() -> Non
     assert world.status(a).state == "cancelled"
 
 
-def test_a_single_copy_needs_no_look_and_withdraw_charges_what_is_left() -> None:
+def test_a_single_copy_needs_no_look_and_a_withdrawn_task_holds_nothing() -> None:
     delta = _site("delta")
     delta.submit(_whole_cpu(5000.0))
     world = World({"delta": delta, "anvil": _site("anvil")}, seen_every_s=60.0)
@@ -90,7 +90,7 @@ def test_a_single_copy_needs_no_look_and_withdraw_charges_what_is_left() -> None
     assert alone.winner == 0 and world.start_end(alone) == (0.0, 100.0)
     assert stuck.winner is None and world.start_end(stuck) is None
     world.withdraw(stuck)
-    assert c.cancelled_s == 1000.0 and stuck.held_s == 1000.0
+    assert c.cancelled_s == 1000.0 and stuck.held_s == 0.0  # no copy won: nothing held for one
 
 
 def test_a_world_refuses_a_bad_look_cadence_and_going_back() -> None:

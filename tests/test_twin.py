@@ -265,8 +265,9 @@ def test_prepared_twin_decides_exactly_as_one_shape_at_a_time(samples: int) -> N
 
 
 def _five_finished_early() -> UsageRatioModel:
-    """Five finished jobs that used 10%..50% of a 1000 s limit."""
-    usage = UsageRatioModel()
+    """Five finished jobs that used 10%..50% of a 1000 s limit (the pooled ratios alone: no
+    same-limit history)."""
+    usage = UsageRatioModel(history=0)
     for r in (0.1, 0.2, 0.3, 0.4, 0.5):
         usage.observe("sim", 1000.0, 1000.0 * r, "p")
     return usage
@@ -298,6 +299,31 @@ def test_running_jobs_enter_the_usage_model_as_censored_observations() -> None:
     site.advance(1001.0)
     usage.look(site.snapshot())
     assert usage.duration_s("sim", 1000.0, 0.5) == pytest.approx(300.0)
+
+
+def test_jobs_of_one_limit_are_predicted_from_the_last_ones_of_that_limit() -> None:
+    """A sweep of 8-hour jobs that each ran 7.6 h, among many short jobs: the pooled ratios
+    say 8-hour jobs end early; the same-limit history says they run 7.6 h."""
+    usage = UsageRatioModel()
+    for _ in range(200):
+        usage.observe("s", 3600.0, 300.0, "gpu")  # the many short ones
+    assert usage.duration_s("s", 28800.0, 0.5, "gpu") == pytest.approx(2400.0)
+    usage.observe("s", 28800.0, 27360.0, "gpu")
+    assert usage.duration_s("s", 28800.0, 0.5, "gpu") < 27000  # one is not a kind yet
+    usage.observe("s", 28800.0, 27500.0, "gpu")
+    assert usage.duration_s("s", 28800.0, 0.5, "gpu") == pytest.approx(27500.0)
+    assert usage.duration_s("s", 28800.0, 0.0, "gpu") == pytest.approx(27360.0)
+    # a running one: 20,000 s in, the kind runs ~27.4 ks: about 7.4 ks left
+    assert usage.remaining_s("s", 28800.0, 20000.0, 0.0, "gpu") == pytest.approx(7360.0)
+    # one that outlived its kind runs to its limit
+    assert usage.remaining_s("s", 28800.0, 28000.0, 0.5, "gpu") == pytest.approx(800.0)
+    # other partitions, other limits, and the site-wide query are not affected
+    assert usage.duration_s("s", 28800.0, 0.5, "cpu") == pytest.approx(2400.0)
+    assert usage.duration_s("s", 28800.0, 0.5) == pytest.approx(2400.0)
+    # only the latest few count: a changed campaign takes over
+    for _ in range(4):
+        usage.observe("s", 28800.0, 1000.0, "gpu")
+    assert usage.duration_s("s", 28800.0, 0.5, "gpu") == pytest.approx(1000.0)
 
 
 def test_kaplan_meier_quantiles_by_hand() -> None:

@@ -127,9 +127,8 @@ class Coordinator:
             )
             self.events.subscribe(self._learn_runtime)
         self.charge_late_copies = False
-        """A watching policy's waits are charged :attr:`late_board` when set (off by
-        default: on the replay it helped the CEA-Curie busy window and hurt KTH-SP2's
-        P95; see the README)."""
+        """A watching policy's waits are charged :attr:`late_board` when set; ``auto``
+        always is (the replay, where copies take room in the queues, measures it; README)."""
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -207,11 +206,9 @@ class Coordinator:
 
     def _placer(self) -> Policy:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
-        if self.learned is not None and isinstance(self.policy, str) and self.policy == AUTO:
-            pol = self.learned.policy
-        else:
-            pol = get_policy(self.policy)
-        if self.charge_late_copies and pol.watch is not None:
+        auto = self.learned is not None and isinstance(self.policy, str) and self.policy == AUTO
+        pol = self.learned.policy if auto and self.learned is not None else get_policy(self.policy)
+        if auto or (self.charge_late_copies and pol.watch is not None):
             return with_late_board(pol, self.late_board)
         return pol
 

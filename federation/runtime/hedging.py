@@ -173,10 +173,11 @@ class Hedging:
 
     # --- watching: a task still queued past its prediction is judged again ---------------
     def queued_copies(self) -> list[QueuedCopy]:
-        """Our copies still queued now, with what they were predicted to wait."""
+        """Our copies still queued now (a task placed once is its own one copy), with what
+        they were predicted to wait."""
         now = datetime.now(UTC)
         with self.reg.lock:
-            return [
+            out = [
                 QueuedCopy(
                     c.candidate.shape,
                     c.candidate.predicted_wait_s,
@@ -187,6 +188,16 @@ class Hedging:
                 for c in h.copies
                 if c.state == "queued"
             ]
+            out += [
+                QueuedCopy(
+                    h.decision.chosen.shape,
+                    h.decision.chosen.predicted_wait_s,
+                    (now - h.submitted_at).total_seconds(),
+                )
+                for h in self.reg.handles.values()
+                if not h.copies and h.state == "queued" and h.started_at is None
+            ]
+            return out
 
     def arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:
         """Judge ``h`` again by ``pol`` once it is overdue (then every ``Watch.every_s``)."""

@@ -1,21 +1,32 @@
 """Retries: a task whose infrastructure failed runs again on another feasible site, and a
-lost result stream is re-attached (the task did not fail: its result is fetched again)."""
+lost result stream is re-attached (the task did not fail: its result is fetched again).
+
+A task killed at its walltime is not a broken site: it needs more time. Its retry asks for a
+longer walltime (:func:`grown_walltime_s`: twice what it ran, at least twice what it had, in
+whole minutes, never beyond the longest limit of a partition it may use), may run on the
+same site, and is placed only where a partition allows that walltime. At the longest limit
+already, it is not retried: it fails saying what to do instead.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from federation.core.envelope import MAX_WALLTIME_S
 from federation.core.errors import NoFeasibleSiteError
+from federation.core.failures import Failure
 from federation.runtime.errortext import first_line
 from federation.runtime.handles import TaskHandle
+from federation.runtime.provenance import fetch_accounting
 
 if TYPE_CHECKING:
-    from federation.core.failures import Failure
+    from federation.core.envelope import ResourceEnvelope
     from federation.runtime.context import Runtime
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
@@ -24,6 +35,15 @@ if TYPE_CHECKING:
 MAX_REATTACHES = 5
 REATTACH_DELAY_S = 0.5
 """A lost result stream is re-attached after 0.5 s, then 1, 2, 4, 8 s (at most 5 times)."""
+
+
+def grown_walltime_s(old_s: int, ran_s: float | None, limit_s: int) -> int | None:
+    """The walltime a task killed at ``old_s`` asks for next: twice what it ran (``ran_s``,
+    when its start is known) and at least twice ``old_s``, rounded up to whole minutes
+    (Slurm's unit), at most ``limit_s``; None when that is no longer than ``old_s``."""
+    want = max(2.0 * old_s, 2.0 * (ran_s or 0.0))
+    new = min(int(math.ceil(want / 60.0) * 60), limit_s)
+    return new if new > old_s else None
 
 
 class Retries:
@@ -103,8 +123,32 @@ class Retries:
     def retry_or_fail(
         self, handle: TaskHandle, failure: Failure, message: str, traceback: str
     ) -> None:
+        failure = self.timed_out(handle, failure)
         if not self.retry(handle, failure, traceback):
+            hint = next((n for n in reversed(handle.notes) if "not retried" in n), None)
+            if failure.cls == "walltime" and hint is not None:
+                message = f"{message} ({hint})"
             self.life.fail(handle, message, traceback, failure=failure.cls)
+
+    def timed_out(self, handle: TaskHandle, failure: Failure) -> Failure:
+        """The engine reports a batch job killed at its limit as a lost manager; the site's
+        accounting knows better. A lost manager whose job ``sacct`` shows ``TIMEOUT`` is a
+        walltime failure (retried longer, not elsewhere)."""
+        if failure.cls != "endpoint_lost" or not handle.slurm_job_ids:
+            return failure
+        acct = fetch_accounting(
+            handle.site,
+            self.rt.backends.get(handle.site),
+            [handle.slurm_job_ids[-1]],
+            started=True,
+        )
+        if any(j.state.upper().startswith("TIMEOUT") for j in acct.jobs):
+            handle.notes.append(
+                f"sacct on {handle.site}: job {handle.slurm_job_ids[-1]} TIMEOUT (killed at "
+                "its walltime; the engine reported a lost manager)"
+            )
+            return Failure(cls="walltime", retryable=True, message=failure.message)
+        return failure
 
     def retry(self, handle: TaskHandle, failure: Failure, traceback: str) -> bool:
         """Run a task whose infrastructure failed again, on another feasible site."""
@@ -113,7 +157,14 @@ class Retries:
         if handle.task is None or len(handle.attempts) >= self.rt.retry_budget:
             return False
         env = handle.envelope
-        others = tuple(s for s in (env.sites or self.rt.backends) if s not in tried)
+        if failure.cls == "walltime":  # not a broken site: the task needs more time
+            longer = self._longer(handle, env)
+            if longer is None:
+                return False
+            env = longer
+            others = tuple(env.sites or self.rt.backends)
+        else:
+            others = tuple(s for s in (env.sites or self.rt.backends) if s not in tried)
         if not others:
             handle.notes.append(f"{failure.cls} on {handle.site}; no other allowed site to retry")
             return False
@@ -141,6 +192,7 @@ class Retries:
                 }
             )
             handle.decision = decision
+            handle.envelope = env
             handle.started_at = None
             handle.slurm_job_id = None
 
@@ -163,6 +215,7 @@ class Retries:
                 "from_site": old_site,
                 "to_site": shape.site,
                 "attempt": len(handle.attempts) + 1,
+                "walltime_s": shape.walltime_s,
             }
 
         if not self.life.requeue(handle, update, persist, detail):
@@ -179,3 +232,40 @@ class Retries:
             self.reg.unindexed[handle.id] = handle
         self.shipping.follow(handle, fut)
         return True
+
+    def _longer(self, handle: TaskHandle, env: ResourceEnvelope) -> ResourceEnvelope | None:
+        """``env`` with the walltime a task killed at its limit asks for next (a note on the
+        task either way); None when no partition it may use allows more."""
+        old = handle.decision.chosen.shape.walltime_s
+        ran = (
+            (datetime.now(UTC) - handle.started_at).total_seconds()
+            if handle.started_at is not None
+            else None
+        )
+        allowed = set(env.sites or self.rt.backends)
+        longest = max(
+            (
+                p.max_walltime_s
+                for name, b in self.rt.backends.items()
+                if name in allowed
+                for p in b.spec.partitions
+            ),
+            default=old,
+        )
+        limit = min(MAX_WALLTIME_S, longest)
+        new = grown_walltime_s(old, ran, limit)
+        where = f"{handle.site}/{handle.partition}"
+        if new is None:
+            handle.notes.append(
+                f"killed at its walltime of {old} s on {where}, which is already the longest "
+                f"limit a partition it may use allows ({limit} s): not retried. Split the "
+                "work, or checkpoint it and resubmit to continue, or ask the site for a "
+                "longer QOS"
+            )
+            return None
+        ran_text = f", ran {ran:.0f} s" if ran is not None else ""
+        handle.notes.append(
+            f"killed at its walltime on {where}{ran_text}: retried with walltime {old} s -> "
+            f"{new} s (at most {limit} s, the longest limit of a partition it may use)"
+        )
+        return env.model_copy(update={"walltime_s": new})

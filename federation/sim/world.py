@@ -156,12 +156,12 @@ class World:
         self._open = still
 
     def withdraw(self, run: TaskRun) -> None:
-        """Cancel every copy of a task still out (the end of a replay): held time counted."""
+        """Cancel every copy of a task still out (the end of a replay). Not charged as
+        held time: no copy won, so none held the queue for another."""
         for c in run.copies:
             if c.cancelled_s is None and self.status(c).start_s is None:
                 self.sites[c.site].cancel(c.job_id)
                 c.cancelled_s = self.now
-                run.held_s += self.now - c.submit_s
 
     # -- outcome ------------------------------------------------------------------------------
 
