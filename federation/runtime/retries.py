@@ -123,42 +123,50 @@ class Retries:
     def retry_or_fail(
         self, handle: TaskHandle, failure: Failure, message: str, traceback: str
     ) -> None:
-        failure = self.timed_out(handle, failure)
-        if not self.retry(handle, failure, traceback):
+        failure, ran_s = self.timed_out(handle, failure)
+        if not self.retry(handle, failure, traceback, ran_s):
             hint = next((n for n in reversed(handle.notes) if "not retried" in n), None)
             if failure.cls == "walltime" and hint is not None:
                 message = f"{message} ({hint})"
             self.life.fail(handle, message, traceback, failure=failure.cls)
 
-    def timed_out(self, handle: TaskHandle, failure: Failure) -> Failure:
-        """The engine reports a batch job killed at its limit as a lost manager; the site's
-        accounting knows better. A lost manager whose job ``sacct`` shows ``TIMEOUT`` is a
-        walltime failure (retried longer, not elsewhere)."""
-        if failure.cls != "endpoint_lost" or not handle.slurm_job_ids:
-            return failure
-        acct = fetch_accounting(
-            handle.site,
-            self.rt.backends.get(handle.site),
-            [handle.slurm_job_ids[-1]],
-            started=True,
-        )
-        if any(j.state.upper().startswith("TIMEOUT") for j in acct.jobs):
+    def timed_out(self, handle: TaskHandle, failure: Failure) -> tuple[Failure, float | None]:
+        """The failure as the site's accounting tells it, and how long a job killed at its
+        limit ran (``sacct`` Elapsed; None when unknown). The engine reports a batch job
+        killed at its limit as a lost manager: one whose job ``sacct`` shows ``TIMEOUT`` is
+        a walltime failure (retried longer, not elsewhere)."""
+        if failure.cls not in ("endpoint_lost", "walltime") or not handle.slurm_job_ids:
+            return failure, None
+        job = handle.slurm_job_ids[-1]
+        backend = self.rt.backends.get(handle.site)
+        acct = fetch_accounting(handle.site, backend, [job], started=True)
+        timeout = next((j for j in acct.jobs if j.state.upper().startswith("TIMEOUT")), None)
+        if timeout is None:
+            return failure, None
+        ran = timeout.elapsed_s
+        if ran is None and timeout.start_time is not None and timeout.end_time is not None:
+            ran = int((timeout.end_time - timeout.start_time).total_seconds())
+        if failure.cls == "endpoint_lost":
             handle.notes.append(
-                f"sacct on {handle.site}: job {handle.slurm_job_ids[-1]} TIMEOUT (killed at "
-                "its walltime; the engine reported a lost manager)"
+                f"sacct on {handle.site}: job {job} TIMEOUT after {ran} s (killed at its "
+                "walltime; the engine reported a lost manager)"
             )
-            return Failure(cls="walltime", retryable=True, message=failure.message)
-        return failure
+            failure = Failure(cls="walltime", retryable=True, message=failure.message)
+        return failure, None if ran is None else float(ran)
 
-    def retry(self, handle: TaskHandle, failure: Failure, traceback: str) -> bool:
-        """Run a task whose infrastructure failed again, on another feasible site."""
+    def retry(
+        self, handle: TaskHandle, failure: Failure, traceback: str, ran_s: float | None = None
+    ) -> bool:
+        """Run a task whose infrastructure failed again, on another feasible site; one
+        killed at its walltime (after ``ran_s``, if known) asks for a longer one, anywhere
+        a partition allows it (its own site too)."""
         tried = [a["site"] for a in handle.attempts] + [handle.site]
         tried += [c.site for c in handle.copies]
         if handle.task is None or len(handle.attempts) >= self.rt.retry_budget:
             return False
         env = handle.envelope
         if failure.cls == "walltime":  # not a broken site: the task needs more time
-            longer = self._longer(handle, env)
+            longer = self._longer(handle, env, ran_s)
             if longer is None:
                 return False
             env = longer
@@ -233,15 +241,17 @@ class Retries:
         self.shipping.follow(handle, fut)
         return True
 
-    def _longer(self, handle: TaskHandle, env: ResourceEnvelope) -> ResourceEnvelope | None:
+    def _longer(
+        self, handle: TaskHandle, env: ResourceEnvelope, ran_s: float | None
+    ) -> ResourceEnvelope | None:
         """``env`` with the walltime a task killed at its limit asks for next (a note on the
-        task either way); None when no partition it may use allows more."""
+        task either way); None when no partition it may use allows more. What it ran: the
+        job's own elapsed time (``ran_s``), else since its start was reported, else unknown
+        (then twice the walltime it had)."""
         old = handle.decision.chosen.shape.walltime_s
-        ran = (
-            (datetime.now(UTC) - handle.started_at).total_seconds()
-            if handle.started_at is not None
-            else None
-        )
+        ran = ran_s
+        if ran is None and handle.started_at is not None:
+            ran = (datetime.now(UTC) - handle.started_at).total_seconds()
         allowed = set(env.sites or self.rt.backends)
         longest = max(
             (
@@ -249,6 +259,7 @@ class Retries:
                 for name, b in self.rt.backends.items()
                 if name in allowed
                 for p in b.spec.partitions
+                if not env.partitions or {p.name, f"{name}:{p.name}"} & set(env.partitions)
             ),
             default=old,
         )
