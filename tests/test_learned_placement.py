@@ -11,6 +11,15 @@ from federation.core.snapshot import FederationSnapshot
 from federation.placement.decide import place
 from federation.placement.learned import LearnedPlacement
 
+
+def _nap() -> int:
+    """A task that takes a measurable time (a runtime of 0 s teaches nothing)."""
+    import time
+
+    time.sleep(0.05)
+    return 9
+
+
 GPU = ResourceEnvelope(gpus_min=1, gpus_max=1, cpus_min=8, mem_gb_min=32, walltime_s=7200)
 
 
@@ -82,18 +91,32 @@ def test_a_coordinator_places_with_auto_by_default_and_learns_each_finished_task
     from inprocess import inprocess_coordinator
 
     from federation.core.tasks import PythonTask
-    from functions.workloads import square
 
     coord = inprocess_coordinator()
     try:
         assert coord.policy == "auto" and coord.learned is not None
-        h = coord.submit_task(PythonTask(square, (3,)), ResourceEnvelope(cpus_min=1))
+        h = coord.submit_task(PythonTask(_nap), ResourceEnvelope(cpus_min=1))
         assert h.decision.policy in ("twin", "twin-watch")
         assert coord.result_value(h, timeout_s=30) == 9
         deadline = time.monotonic() + 10
-        while "square" not in coord.learned.runtimes._obs and time.monotonic() < deadline:
+        while "_nap" not in coord.learned.runtimes._obs and time.monotonic() < deadline:
             time.sleep(0.05)  # the completion event reaches the learner on the site's thread
-        (obs,) = coord.learned.runtimes._obs["square"]
+        (obs,) = coord.learned.runtimes._obs["_nap"]
         assert obs[0] == (h.site, h.partition)
     finally:
         coord.close()
+
+
+def test_a_queue_too_long_to_replay_is_predicted_from_the_snapshot_saying_so() -> None:
+    busy = _fed(
+        delta=_site_snapshot(_spec("delta"), busy={"gpuA100x4": 2}, pending={"gpuA100x4": 3})
+    )
+    n_jobs = len(next(s for s in busy.sites if s.site == "delta").jobs)
+    lp = LearnedPlacement(SPECS, hedge=False, max_jobs=n_jobs - 1)
+    d = lp.policy.decide(GPU, SPECS, busy, NOW)
+    delta = [c for c in d.candidates if c.site == "delta" and c.partition == "gpuA100x4"]
+    assert delta and all(
+        "no twin" in c.why and "more than this twin replays" in c.why for c in delta
+    )
+    others = [c for c in d.candidates if c.site != "delta"]
+    assert others and all(c.why.startswith("twin:") for c in others)

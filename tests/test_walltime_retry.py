@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from inprocess import inprocess_coordinator
 
 from federation.core.envelope import ResourceEnvelope
+from federation.core.failures import Failure
 from federation.core.tasks import PythonTask
+from federation.runtime import retries
+from federation.runtime.provenance import Accounting, JobAccounting
 from federation.runtime.retries import grown_walltime_s
 
+SITE = "local"
 _runs: list[int] = []
 _lock = threading.Lock()
 
@@ -75,28 +83,100 @@ def test_a_task_at_the_longest_limit_fails_saying_what_to_do() -> None:
         coord.close()
 
 
-@pytest.mark.slurm
-def test_a_real_job_killed_at_its_limit_is_retried_longer_and_completes(
-    local_federation: object,
+def test_the_retry_is_capped_at_the_longest_partition_limit() -> None:
+    _runs.clear()
+    coord = inprocess_coordinator(("local",))
+    longest = max(p.max_walltime_s for p in coord.backends["local"].spec.partitions)
+    try:
+        env = ResourceEnvelope(walltime_s=longest - 600)
+        h = coord.submit_task(PythonTask(_killed_once), env)
+        assert coord.result_value(h, timeout_s=30) == 7
+        assert h.decision.chosen.shape.walltime_s == longest
+        assert any(f"{longest - 600} s -> {longest} s" in n for n in h.notes), h.notes
+    finally:
+        coord.close()
+
+
+def _acct(state: str, elapsed_s: int | None) -> Accounting:
+    now = datetime.now(UTC)
+    job = JobAccounting(job_id="77", state=state, elapsed_s=elapsed_s)
+    return Accounting(site="local", jobs=(job,), fetched_at=now)
+
+
+@pytest.mark.parametrize(
+    ("cls", "state", "want_cls", "want_ran"),
+    [
+        ("endpoint_lost", "TIMEOUT", "walltime", 65.0),  # the engine's word for a killed job
+        ("endpoint_lost", "NODE_FAIL", "endpoint_lost", None),  # really lost: unchanged
+        ("walltime", "TIMEOUT", "walltime", 65.0),  # its elapsed time is what it ran
+    ],
+)
+def test_sacct_tells_a_job_killed_at_its_limit_and_how_long_it_ran(
+    monkeypatch: pytest.MonkeyPatch, cls: str, state: str, want_cls: str, want_ran: float | None
 ) -> None:
-    """On the local Slurm cluster: a shell task that needs ~80 s, given a 1-minute limit,
-    is killed by Slurm at its limit; the retry asks for more and completes there."""
+    monkeypatch.setattr(retries, "fetch_accounting", lambda *a, **k: _acct(state, 65))
+    r = retries.Retries(SimpleNamespace(backends={}), None, None, None)  # type: ignore[arg-type]
+    h = SimpleNamespace(site="local", slurm_job_ids=("77",), notes=[])
+    failure = Failure(cls=cls, retryable=True, message="ManagerLost")  # type: ignore[arg-type]
+    got, ran = r.timed_out(h, failure)  # type: ignore[arg-type]
+    assert (got.cls, ran) == (want_cls, want_ran)
+    if cls != want_cls:
+        assert any("TIMEOUT after 65 s" in n for n in h.notes)
+
+
+def _sacct(fed: Any, job: str) -> dict[str, str]:
+    """State, Timelimit and Elapsed of one job on the local site, as ``sacct`` has them."""
+    fields = ("State", "Timelimit", "ElapsedRaw")
+    for _ in range(30):  # slurmdbd is updated asynchronously
+        out = fed.run(SITE, ["sacct", "-X", "-n", "-P", "-j", job, "-o", ",".join(fields)])
+        lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+        if lines:
+            return dict(zip(fields, lines[-1].split("|"), strict=True))
+        time.sleep(1)
+    raise AssertionError(f"sacct does not know job {job}")
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(900)
+def test_a_real_job_killed_at_its_limit_is_retried_longer_and_completes(
+    local_federation: Any,
+) -> None:
+    """On the local Slurm cluster: a shell task that needs 80 s, given a 1-minute limit,
+    is killed by Slurm at its limit (the engine then reports its worker pool lost); sacct
+    says TIMEOUT, and the retry, on the same site, asks for twice what it ran and
+    completes."""
     from federation.core.tasks import ShellTask
     from federation.deploy.local import LocalSites
 
-    local = LocalSites(home=local_federation.home, sites=["local"])  # type: ignore[attr-defined]
+    local = LocalSites(home=local_federation.home, sites=[SITE])
     local.up()
     coord = local.connect(telemetry=False, probe_timeout_s=120)
+    t0 = time.monotonic()
     try:
         h = coord.submit_task(
-            ShellTask(command="sleep 80; echo done"),
-            ResourceEnvelope(sites=("local",), walltime_s=60),
+            ShellTask(command="sleep 80; echo slept"),
+            ResourceEnvelope(sites=(SITE,), walltime_s=60),
         )
-        assert h.wait(420), f"still {h.state} after 420 s: {h.notes}"
+        assert h.wait(780), f"still {h.state} after 780 s: {h.notes}"
+        took = time.monotonic() - t0
         assert h.state == "completed", f"{h.error} / {h.notes}"
+        assert h.manifest().stdout.strip() == "slept"
         assert [a["failure"] for a in h.attempts] == ["walltime"], h.attempts
-        assert h.decision.chosen.shape.walltime_s >= 180  # ran >= 60 s: at least twice that
-        assert any("retried with walltime 60 s ->" in n for n in h.notes), h.notes
+        assert h.site == SITE and h.attempts[0]["site"] == SITE
+        first, second = h.slurm_job_ids
+        killed, retried = _sacct(local_federation, first), _sacct(local_federation, second)
+        assert killed["State"].startswith("TIMEOUT") and killed["Timelimit"] == "00:01:00"
+        ran = int(killed["ElapsedRaw"])
+        new = h.decision.chosen.shape.walltime_s
+        assert new == grown_walltime_s(60, ran, 3600) or new >= 2 * ran, (new, ran)
+        assert new >= 120 and retried["State"] == "COMPLETED"
+        h_, m_ = divmod(new // 60, 60)
+        assert retried["Timelimit"] == f"{h_:02d}:{m_:02d}:00", retried
+        assert any(f"retried with walltime 60 s -> {new} s" in n for n in h.notes), h.notes
+        print(
+            f"\nkilled job {first}: {killed}; retry job {second}: {retried}; "
+            f"walltime 60 -> {new} s; task took {took:.0f} s; notes: {h.notes}"
+        )
     finally:
         coord.close()
         if local.service is not None:

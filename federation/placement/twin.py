@@ -64,7 +64,11 @@ class TwinPredictor:
         q_high: float = 0.8,
         start_delay_s: float = 0.0,
         samples: int = 0,
+        max_jobs: int | None = None,
     ) -> None:
+        self.max_jobs = max_jobs
+        """A site whose snapshot lists more jobs is predicted from the snapshot alone (a
+        twin costs about its queue length per replay; None: no limit)."""
         self.specs = dict(specs)
         self.usage = usage
         self.q_mid, self.q_high = q_mid, q_high
@@ -77,6 +81,10 @@ class TwinPredictor:
         """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
         key = (site.site, site.taken_at, len(site.jobs), q)
         tw = self._cache.get(key)
+        if tw is None and self.max_jobs is not None and len(site.jobs) > self.max_jobs:
+            raise SimRequestError(
+                f"{len(site.jobs)} jobs in the queue, more than this twin replays ({self.max_jobs})"
+            )
         if tw is None:
             if len(self._cache) > 4 * self._cache_size():  # a safety net; see prepare()
                 self._evict()
