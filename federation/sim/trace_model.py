@@ -46,10 +46,13 @@ class TraceJob(NamedTuple):
     """One job of a trace. Times are seconds; ``None`` means the trace does not say.
 
     ``procs`` is the SWF processor count (allocated, or requested when allocation is unknown):
-    cores on CEA-Curie, nodes on KTH-SP2 (one processor per node) and ALCF-Theta (the field
-    holds nodes). ``nodes`` is filled when the node count is known (header MaxNodes equal to
-    MaxProcs, or ``procs_per_node`` given, or a Kubernetes pod: one node). ``cpus`` is the
-    core count when known (SWF: ``procs`` unless the field holds nodes; Alibaba: cpu_milli/1000).
+    cores on CEA-Curie, nodes on KTH-SP2 (one processor per node) and, as :func:`load_swf`
+    reads it, ALCF-Theta (the field holds nodes);
+    :func:`~federation.sim.trace_readers.load_trace` turns Theta's into cores (64 per node, the
+    header's MaxProcs with them). ``nodes`` is filled when the node count is known (header
+    MaxNodes equal to MaxProcs, or ``procs_per_node`` given, or a Kubernetes pod: one node).
+    ``cpus`` is the core count when known (SWF: ``procs`` unless the field holds nodes and the
+    cores per node are unknown; Alibaba: cpu_milli/1000).
     A named tuple: immutable, and cheap enough to build 300,000 of in a fraction of a second.
     """
 

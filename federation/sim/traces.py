@@ -20,7 +20,9 @@ and raises, or (comment lines in the middle of the body, say) returns the same r
 
 The loaders live in :mod:`federation.sim.swf` and :mod:`federation.sim.alibaba`, the records
 and summaries in :mod:`federation.sim.trace_model`, and the byte and line reading they share
-in :mod:`federation.sim.trace_files`; this module gathers their public names.
+in :mod:`federation.sim.trace_files`; this module gathers their public names. To load a
+trace by short name or by path, with the format picked from the file's content, use
+:func:`load_trace` (:mod:`federation.sim.trace_readers`, where other formats plug in).
 """
 
 from federation.sim.alibaba import load_alibaba_pods
@@ -33,16 +35,36 @@ from federation.sim.trace_model import (
     default_trace_dir,
     trace_stats,
 )
+from federation.sim.trace_readers import (
+    KNOWN_TRACES,
+    READERS,
+    NotATraceError,
+    TraceNotFoundError,
+    TraceReader,
+    all_shared_traces,
+    load_trace,
+    register_reader,
+    resolve_trace,
+)
 
 __all__ = [
+    "KNOWN_TRACES",
+    "READERS",
     "SWF_FIELDS",
+    "NotATraceError",
     "Trace",
     "TraceFormatError",
     "TraceJob",
+    "TraceNotFoundError",
+    "TraceReader",
     "TraceStats",
+    "all_shared_traces",
     "default_trace_dir",
     "iter_swf",
     "load_alibaba_pods",
     "load_swf",
+    "load_trace",
+    "register_reader",
+    "resolve_trace",
     "trace_stats",
 ]
