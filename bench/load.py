@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/load.py                         # 10,000 tasks, 500 groups
     .venv/bin/python bench/load.py --tasks 500 --groups 10  # a quick look
+    .venv/bin/python bench/load.py --only placement         # section 4 alone (no federation)
 
 1. Tasks: ``--tasks`` tiny tasks (``functions.workloads.square``) through
    ``Coordinator.submit_task`` against the local federation, spread round-robin over the
@@ -278,8 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--placement-repeat", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="per phase")
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--json", type=Path, default=RESULTS / "load-latest.json")
+    ap.add_argument("--json", type=Path, default=None, help="default: results/load-latest.json")
+    ap.add_argument(
+        "--only",
+        choices=("placement",),
+        help="run one section alone: placement (section 4, no local federation needed)",
+    )
     args = ap.parse_args(argv)
+    if args.only == "placement":
+        args.tasks = args.groups = args.trace_tasks = 0
+    if args.json is None:  # a partial run does not overwrite the full run's results
+        args.json = RESULTS / f"load-{args.only + '-' if args.only else ''}latest.json"
     console = Console()
     bars = not args.no_progress
     out: dict[str, Any] = {

@@ -6,8 +6,10 @@ reads them; telemetry stores them over time. Units are in field names.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Hashable
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -55,6 +57,30 @@ JobStateName = Literal[
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+_DERIVED: dict[int, tuple[weakref.ref[Any], dict[Hashable, Any]]] = {}
+
+
+def derived(obj: Frozen) -> dict[Hashable, Any]:
+    """A scratch dict for values derived from the immutable ``obj`` (indexes, summaries),
+    kept for as long as ``obj`` lives and dropped with it.
+
+    Held beside the object, keyed by its identity, never on it: ``model_copy(update=...)``
+    would otherwise carry a stale entry into the copy, and equality and dumps never see it.
+    """
+    key = id(obj)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0]() is obj:
+        return hit[1]
+    cache: dict[Hashable, Any] = {}
+
+    def forget(ref: weakref.ref[Any]) -> None:  # the object is gone: drop its entry
+        if (cur := _DERIVED.get(key)) is not None and cur[0] is ref:
+            _DERIVED.pop(key, None)
+
+    _DERIVED[key] = (weakref.ref(obj, forget), cache)
+    return cache
 
 
 class NodeRecord(Frozen):
@@ -214,7 +240,15 @@ class SiteSnapshot(Frozen):
     """The allocation work placed here is charged to (credit scope), when probed."""
 
     def partition(self, name: str) -> PartitionSnapshot | None:
-        return next((p for p in self.partitions if p.partition == name), None)
+        """The first partition named ``name`` (an index built once per snapshot)."""
+        cache = derived(self)
+        index: dict[str, PartitionSnapshot] | None = cache.get("partitions")
+        if index is None:
+            index = {}
+            for p in self.partitions:
+                index.setdefault(p.partition, p)
+            cache["partitions"] = index
+        return index.get(name)
 
 
 class FederationSnapshot(Frozen):
@@ -224,7 +258,15 @@ class FederationSnapshot(Frozen):
     sites: tuple[SiteSnapshot, ...]
 
     def site(self, name: str) -> SiteSnapshot | None:
-        return next((s for s in self.sites if s.site == name), None)
+        """The first site named ``name`` (an index built once per snapshot)."""
+        cache = derived(self)
+        index: dict[str, SiteSnapshot] | None = cache.get("sites")
+        if index is None:
+            index = {}
+            for s in self.sites:
+                index.setdefault(s.site, s)
+            cache["sites"] = index
+        return index.get(name)
 
     def partitions_frame(self) -> pd.DataFrame:
         """One row per (site, partition) with capacity, queue and health columns."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import bisect
 import math
-import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +22,13 @@ from pydantic import Field
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import BadEnvelopeError, NoFeasibleSiteError
 from federation.core.model import Frozen
-from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
+from federation.core.snapshot import (
+    FederationSnapshot,
+    JobRecord,
+    PartitionSnapshot,
+    SiteSnapshot,
+    derived,
+)
 from federation.core.spec import PartitionSpec, SiteSpec
 
 MAX_PROBE_AGE_S = 600.0
@@ -208,11 +214,36 @@ class _QueueView(NamedTuple):
     running: list[JobRecord]
     open_ended: list[JobRecord]
     """Running jobs without an end time."""
+    cum_cpus: list[int]
+    """``cum_cpus[i]``: CPUs of ``running[: i + 1]`` (likewise ``cum_gpus``)."""
+    cum_gpus: list[int]
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    """``running``'s CPUs, GPUs and end timestamps as arrays (long queues only)."""
+    """``running``'s CPUs, GPUs and end timestamps as arrays (long queues with open-ended
+    jobs only)."""
 
 
-_QUEUE_VIEWS: dict[tuple[int, str], tuple[weakref.ref[SiteSnapshot], _QueueView]] = {}
+class _NodeView(NamedTuple):
+    """A partition's usable nodes, as ``predict_wait`` reads them for one GPU type."""
+
+    free: list[tuple[str, int, int, int]]
+    """Per usable node, in snapshot order: (name, CPUs, memory MB, GPUs of the type) free."""
+    cpus_free: int
+    gpus_free: int
+
+
+def _jobs_by_partition(site: SiteSnapshot) -> dict[str, list[JobRecord]]:
+    """The site's jobs grouped by their ``partition`` field, in queue order (one pass)."""
+    cache = derived(site)
+    groups: dict[str, list[JobRecord]] | None = cache.get("jobs_by_partition")
+    if groups is None:
+        groups = {}
+        for j in site.jobs:
+            if (g := groups.get(j.partition)) is None:
+                groups[j.partition] = [j]
+            else:
+                g.append(j)
+        cache["jobs_by_partition"] = groups
+    return groups
 
 
 def _queue_view(site: SiteSnapshot, partition: str) -> _QueueView:
@@ -221,39 +252,66 @@ def _queue_view(site: SiteSnapshot, partition: str) -> _QueueView:
     Placing many tasks on one snapshot then costs one pass over its jobs, not one per task
     and partition (measured by ``bench/perf.py``: 100 sites x 1,000 jobs).
     """
-    key = (id(site), partition)
-    hit = _QUEUE_VIEWS.get(key)
-    if hit is not None and hit[0]() is site:
-        return hit[1]
-    jobs = [j for j in site.jobs if j.partition == partition]
-    pending = [j for j in jobs if j.state == "pending"]
-    dated = sorted(
-        (j for j in jobs if j.state == "running" and j.end_time is not None),
-        key=lambda j: j.end_time.timestamp(),  # type: ignore[union-attr]
-    )
-    ends = [j.end_time.timestamp() for j in dated]  # type: ignore[union-attr]
+    cache = derived(site)
+    key = ("queue_view", partition)
+    view: _QueueView | None = cache.get(key)
+    if view is not None:
+        return view
+    n_pending = pending_cpus = pending_gpus = 0
+    dated: list[tuple[float, JobRecord]] = []
+    open_ended: list[JobRecord] = []
+    for j in _jobs_by_partition(site).get(partition, ()):
+        if j.state == "pending":
+            n_pending += 1
+            pending_cpus += j.cpus
+            pending_gpus += j.gpus
+        elif j.state == "running":
+            if j.end_time is None:
+                open_ended.append(j)
+            else:
+                dated.append((j.end_time.timestamp(), j))
+    dated.sort(key=lambda e: e[0])  # stable: ties keep queue order
+    running = [j for _, j in dated]
+    ends = [t for t, _ in dated]
     arrays = None
-    if len(dated) >= _VECTOR_MIN:
+    if open_ended and len(running) >= _VECTOR_MIN:
         arrays = (
-            np.fromiter((j.cpus for j in dated), np.float64, len(dated)),
-            np.fromiter((j.gpus for j in dated), np.float64, len(dated)),
+            np.fromiter((j.cpus for j in running), np.float64, len(running)),
+            np.fromiter((j.gpus for j in running), np.float64, len(running)),
             np.asarray(ends, np.float64),
         )
     view = _QueueView(
-        pending=len(pending),
-        pending_cpus=sum(j.cpus for j in pending),
-        pending_gpus=sum(j.gpus for j in pending),
+        pending=n_pending,
+        pending_cpus=pending_cpus,
+        pending_gpus=pending_gpus,
         ends=ends,
-        running=dated,
-        open_ended=[j for j in jobs if j.state == "running" and j.end_time is None],
+        running=running,
+        open_ended=open_ended,
+        cum_cpus=list(accumulate(j.cpus for j in running)),
+        cum_gpus=list(accumulate(j.gpus for j in running)),
         arrays=arrays,
     )
+    cache[key] = view
+    return view
 
-    def forget(ref: weakref.ref[SiteSnapshot]) -> None:  # the snapshot is gone: drop it
-        if (cur := _QUEUE_VIEWS.get(key)) is not None and cur[0] is ref:
-            _QUEUE_VIEWS.pop(key, None)
 
-    _QUEUE_VIEWS[key] = (weakref.ref(site, forget), view)
+def _node_view(site: SiteSnapshot, partition: str, gpu_type: str | None) -> _NodeView:
+    """The partition's usable nodes and what each has free, cached per snapshot."""
+    cache = derived(site)
+    key = ("node_view", partition, gpu_type)
+    view: _NodeView | None = cache.get(key)
+    if view is None:
+        free = [
+            (n.name, n.cpus_free, n.mem_mb_free, n.gpus_free(gpu_type))
+            for n in site.nodes
+            if n.partition == partition and n.usable
+        ]
+        view = _NodeView(
+            free=free,
+            cpus_free=sum(f[1] for f in free),
+            gpus_free=sum(f[3] for f in free),
+        )
+        cache[key] = view
     return view
 
 
@@ -267,29 +325,24 @@ def predict_wait(
     time limit, as Slurm assumes); the pending jobs ahead and this shape must fit in what
     is released. Slurm's own start estimate for the last pending job is a lower bound.
     """
-    nodes = [n for n in site.nodes if n.partition == part.partition and n.usable]
-    mem_mb = shape.mem_gb * 1024
-    fitting = [
-        n
-        for n in nodes
-        if n.cpus_free >= shape.cpus
-        and n.mem_mb_free >= mem_mb
-        and n.gpus_free(shape.gpu_type) >= shape.gpus
-    ]
-    if len(fitting) >= shape.nodes and part.jobs_pending == 0:
-        n = fitting[0]
-        return 0.0, (
-            f"fits now on {n.name} ({n.cpus_free} CPUs, "
-            f"{n.mem_mb_free // 1024} GB, {n.gpus_free(shape.gpu_type)} GPUs free), "
-            "nothing pending"
-        )
-    if not nodes:
+    nv = _node_view(site, part.partition, shape.gpu_type)
+    if part.jobs_pending == 0:
+        mem_mb = shape.mem_gb * 1024
+        fitting = [
+            f for f in nv.free if f[1] >= shape.cpus and f[2] >= mem_mb and f[3] >= shape.gpus
+        ]
+        if len(fitting) >= shape.nodes:
+            name, cpus, mem, gpus = fitting[0]
+            return 0.0, (
+                f"fits now on {name} ({cpus} CPUs, {mem // 1024} GB, {gpus} GPUs free), "
+                "nothing pending"
+            )
+    if not nv.free:
         return math.inf, "no usable nodes (all down or drained)"
 
     q = _queue_view(site, part.partition)
-    gpu_key = shape.gpu_type
-    free_cpus: float = sum(n.cpus_free for n in nodes)
-    free_gpus: float = sum(n.gpus_free(gpu_key) for n in nodes)
+    free_cpus: float = nv.cpus_free
+    free_gpus: float = nv.gpus_free
     need_cpus = shape.cpus * shape.nodes + q.pending_cpus
     need_gpus = shape.gpus * shape.nodes + q.pending_gpus
     free_cpus, free_gpus, t_free_ts = _release(
@@ -314,7 +367,8 @@ def predict_wait(
 
 
 _VECTOR_MIN = 256
-"""Running jobs from which a partition's release walk is done on arrays (fewer: a loop)."""
+"""Running jobs from which a release walk with open-ended jobs is done on arrays (fewer: a
+loop); without open-ended jobs it is a binary search on the running jobs' running sums."""
 
 
 def _release(
@@ -332,6 +386,23 @@ def _release(
     now_ts = now.timestamp()
     if free_cpus >= need_cpus and free_gpus >= need_gpus:
         return free_cpus, free_gpus, now_ts
+    if not q.open_ended:
+        if not q.running:
+            return free_cpus, free_gpus, now_ts
+        # Running sums only grow (counts are >= 0): the first prefix meeting both needs is
+        # the later of the first meeting each; all of them when none does.
+        last = min(
+            len(q.running) - 1,
+            max(
+                bisect.bisect_left(q.cum_cpus, need_cpus - free_cpus),
+                bisect.bisect_left(q.cum_gpus, need_gpus - free_gpus),
+            ),
+        )
+        return (
+            free_cpus + q.cum_cpus[last],
+            free_gpus + q.cum_gpus[last],
+            max(now_ts, q.ends[last]),  # ends ascend: the last released ends latest
+        )
     cut = bisect.bisect_right(q.ends, now_ts)
 
     def open_end(j: JobRecord) -> float:
@@ -348,11 +419,10 @@ def _release(
             t_free = max(t_free, j.end_time.timestamp() if j.end_time else open_end(j))
         return free_cpus, free_gpus, t_free
     cpus, gpus, ends = q.arrays
-    if q.open_ended:
-        o = q.open_ended
-        cpus = np.concatenate((cpus[:cut], [j.cpus for j in o], cpus[cut:]))
-        gpus = np.concatenate((gpus[:cut], [j.gpus for j in o], gpus[cut:]))
-        ends = np.concatenate((ends[:cut], [open_end(j) for j in o], ends[cut:]))
+    o = q.open_ended
+    cpus = np.concatenate((cpus[:cut], [j.cpus for j in o], cpus[cut:]))
+    gpus = np.concatenate((gpus[:cut], [j.gpus for j in o], gpus[cut:]))
+    ends = np.concatenate((ends[:cut], [open_end(j) for j in o], ends[cut:]))
     cc = free_cpus + np.cumsum(cpus)
     gg = free_gpus + np.cumsum(gpus)
     ok = (cc >= need_cpus) & (gg >= need_gpus)
