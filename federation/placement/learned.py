@@ -14,9 +14,10 @@ learns from its own deployment, from the first task on:
   finished task, keyed by its workload (the task's label, else its code hash). A workload
   never seen yet is ranked by predicted start (runtime 0 everywhere, except the
   datasheet's speed ratios), which is what ``earliest-start`` does, on the twin's waits.
-* **Placement**: ``twin-watch`` (sampled twins, a hedge budget of 1.2 copies per task) when
-  copies can be withdrawn on at least two sites, else ``twin`` (the conservative quantile
-  twin, one copy). A site whose queue lists more than ``max_jobs`` (3,000) jobs is predicted
+* **Placement**: ``twin`` (the conservative quantile twin, one copy) by default; with
+  ``hedge=True``, ``twin-watch`` (sampled twins, a hedge budget of 1.2 copies per task). The
+  coordinator's ``auto`` uses one copy. A site whose queue lists more than ``max_jobs``
+  (3,000) jobs is predicted
   from its snapshot alone (a twin replays the whole queue: about 0.6 s per replay at 10,000
   jobs, and ``twin-watch`` replays 16), which the candidate's ``why`` says.
 

@@ -121,10 +121,10 @@ class Coordinator:
         self.learned: LearnedPlacement | None = None
         """The ``auto`` policy's learned predictors (None for a named policy)."""
         if policy == AUTO:
-            withdrawable = [b for b in self.backends.values() if b.can_cancel]
-            self.learned = LearnedPlacement(
-                [b.spec for b in self.backends.values()], hedge=len(withdrawable) >= 2
-            )
+            # one copy per task: copies on by default left queued jobs behind and lost a
+            # copy across a restart on the cloud path in the Slurm suite (issue 18 makes
+            # copies survive restarts); name twin-watch to hedge
+            self.learned = LearnedPlacement([b.spec for b in self.backends.values()], hedge=False)
             self.events.subscribe(self._learn_runtime)
         self.charge_late_copies = False
         """A watching policy's waits are charged :attr:`late_board` when set; ``auto``

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 ACCOUNTING_TIMEOUT_S = 60.0
+KILLED_CODES = frozenset({-15, -9, 143, 137})
+"""A command's exit codes for SIGTERM/SIGKILL (Python's negative codes, a shell's 128+n)."""
 
 
 class Reports:
@@ -123,6 +125,12 @@ class Reports:
             handle.value_ref, value = ref, None
         self.ran(handle)
         if handle.is_shell and getattr(value, "returncode", 0) != 0:
+            code = value.returncode
+            if code in KILLED_CODES and handle.task is not None and handle.slurm_job_ids:
+                # killed by a signal: maybe by Slurm at the job's limit (sacct tells)
+                message = f"command exited with {code}"
+                self.retries.signalled(handle, message, getattr(value, "stderr", ""), value)
+                return
             self.life.fail(
                 handle,
                 f"command exited with {value.returncode}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -124,32 +125,77 @@ class Retries:
         self, handle: TaskHandle, failure: Failure, message: str, traceback: str
     ) -> None:
         failure, ran_s = self.timed_out(handle, failure)
+        self._retry_or_fail(handle, failure, message, traceback, ran_s)
+
+    def _retry_or_fail(
+        self,
+        handle: TaskHandle,
+        failure: Failure,
+        message: str,
+        traceback: str,
+        ran_s: float | None,
+    ) -> None:
+        seen = len(handle.notes)
         if not self.retry(handle, failure, traceback, ran_s):
-            hint = next((n for n in reversed(handle.notes) if "not retried" in n), None)
+            hint = next((n for n in handle.notes[seen:] if "not retried" in n), None)
             if failure.cls == "walltime" and hint is not None:
-                message = f"{message} ({hint})"
+                message = f"{message} ({hint})"  # what to do, in the error itself
             self.life.fail(handle, message, traceback, failure=failure.cls)
 
-    def timed_out(self, handle: TaskHandle, failure: Failure) -> tuple[Failure, float | None]:
+    def signalled(self, handle: TaskHandle, message: str, stderr: str, value: object) -> None:
+        """:meth:`judge_signalled` off the SDK's result thread (it asks the site)."""
+        threading.Thread(
+            target=self.judge_signalled,
+            args=(handle, message, stderr, value),
+            daemon=True,
+            name=f"signalled-{handle.id[:8]}",
+        ).start()
+
+    def judge_signalled(self, handle: TaskHandle, message: str, stderr: str, value: object) -> None:
+        """A shell command killed by a signal (SIGTERM/SIGKILL): Slurm signals a job's
+        processes when it hits its limit, and the worker may still report the command's
+        end. One whose job ``sacct`` shows ``TIMEOUT`` is retried longer; any other is the
+        command's own failure."""
+        plain = Failure(cls="user_error", retryable=False, message=message)
+        failure, ran_s = self.timed_out(handle, plain, settle_s=20.0)
+        if failure.cls != "walltime" or handle.task is None:
+            self.life.fail(handle, message, stderr, value=value)
+            return
+        self._retry_or_fail(handle, failure, message, stderr, ran_s)
+
+    def timed_out(
+        self, handle: TaskHandle, failure: Failure, settle_s: float = 0.0
+    ) -> tuple[Failure, float | None]:
         """The failure as the site's accounting tells it, and how long a job killed at its
         limit ran (``sacct`` Elapsed; None when unknown). The engine reports a batch job
-        killed at its limit as a lost manager: one whose job ``sacct`` shows ``TIMEOUT`` is
-        a walltime failure (retried longer, not elsewhere)."""
-        if failure.cls not in ("endpoint_lost", "walltime") or not handle.slurm_job_ids:
+        killed at its limit as a lost manager, and a command it signalled as the command's
+        own end: one whose job ``sacct`` shows ``TIMEOUT`` is a walltime failure (retried
+        longer, not elsewhere). ``settle_s``: how long to wait for accounting that still
+        shows the job running (slurmdbd is updated after the kill)."""
+        if not handle.slurm_job_ids:
+            return failure, None
+        if failure.cls not in ("endpoint_lost", "walltime") and settle_s <= 0:
             return failure, None
         job = handle.slurm_job_ids[-1]
         backend = self.rt.backends.get(handle.site)
-        acct = fetch_accounting(handle.site, backend, [job], started=True)
-        timeout = next((j for j in acct.jobs if j.state.upper().startswith("TIMEOUT")), None)
+        deadline = time.monotonic() + settle_s
+        while True:
+            acct = fetch_accounting(handle.site, backend, [job], started=True)
+            timeout = next((j for j in acct.jobs if j.state.upper().startswith("TIMEOUT")), None)
+            live = any(j.state.upper() in ("RUNNING", "COMPLETING") for j in acct.jobs)
+            if timeout is not None or not live or time.monotonic() >= deadline:
+                break
+            time.sleep(2.0)
         if timeout is None:
             return failure, None
         ran = timeout.elapsed_s
         if ran is None and timeout.start_time is not None and timeout.end_time is not None:
             ran = int((timeout.end_time - timeout.start_time).total_seconds())
-        if failure.cls == "endpoint_lost":
+        if failure.cls != "walltime":
+            said = "a lost manager" if failure.cls == "endpoint_lost" else failure.message
             handle.notes.append(
                 f"sacct on {handle.site}: job {job} TIMEOUT after {ran} s (killed at its "
-                "walltime; the engine reported a lost manager)"
+                f"walltime; the engine reported {said})"
             )
             failure = Failure(cls="walltime", retryable=True, message=failure.message)
         return failure, None if ran is None else float(ran)
@@ -163,6 +209,12 @@ class Retries:
         tried = [a["site"] for a in handle.attempts] + [handle.site]
         tried += [c.site for c in handle.copies]
         if handle.task is None or len(handle.attempts) >= self.rt.retry_budget:
+            if failure.cls == "walltime" and handle.task is not None:
+                handle.notes.append(
+                    f"killed at its walltime of {handle.shape.walltime_s} s on {handle.site} "
+                    f"after {len(handle.attempts)} retries: not retried (the retry budget is "
+                    "used up); submit it again with a longer walltime_s"
+                )
             return False
         env = handle.envelope
         if failure.cls == "walltime":  # not a broken site: the task needs more time
@@ -268,10 +320,10 @@ class Retries:
         where = f"{handle.site}/{handle.partition}"
         if new is None:
             handle.notes.append(
-                f"killed at its walltime of {old} s on {where}, which is already the longest "
-                f"limit a partition it may use allows ({limit} s): not retried. Split the "
-                "work, or checkpoint it and resubmit to continue, or ask the site for a "
-                "longer QOS"
+                f"killed at its walltime of {old} s on {where}: it needs more than {limit} s, "
+                "the longest walltime any partition it may use allows, so it is not retried. "
+                "Split the work into shorter tasks, or checkpoint it and resubmit to continue "
+                "from the checkpoint, or allow sites/partitions with a longer limit"
             )
             return None
         ran_text = f", ran {ran:.0f} s" if ran is not None else ""
