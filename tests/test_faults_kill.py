@@ -61,6 +61,7 @@ def _line(lines: list[str], word: str) -> list[str]:
 
 # --- killed during a group re-placement --------------------------------------------------------
 @pytest.mark.slurm
+@pytest.mark.crash
 @pytest.mark.parametrize("point", ["after_cancel", "after_submit"])
 def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
     local_federation: Any, tmp_path: Path, point: str
@@ -173,6 +174,7 @@ def _leftovers(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".part-" in p.name)
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("into", ["a new folder", "an existing folder"])
 def test_sigkill_during_a_transfer_then_recover_copies_exactly_once(
     tmp_path: Path, into: str

@@ -37,6 +37,7 @@ def test_store_keeps_events_and_continues_the_sequence(tmp_path: Path) -> None:
     assert Store(tmp_path / "c.db").task_group_id() == store.task_group_id()
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_mid_run_then_restart_accounts_for_every_task(
     local_federation: Any, tmp_path: Path, path: str
@@ -90,6 +91,7 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
         coord.store.tasks()
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_during_a_group_then_restart_reattaches_the_group(
     local_federation: Any, tmp_path: Path, path: str

@@ -98,8 +98,10 @@ class LocalSites:
         path); ``accounts`` and ``budgets_core_hours`` per site feed the credit probe.
         """
         cloud = self.path == "cloud"
-        # the cloud remembers a client's task groups across the client's restarts
-        memory = self.home / "compute-service.db" if cloud else None
+        # the cloud remembers a client's task groups across the client's restarts; the
+        # embedded service does too, so a restarted coordinator can ask either which of
+        # its submissions arrived (federation.runtime.intents)
+        memory = self.home / "compute-service.db"
         service = self.service = LocalComputeService(strict=cloud, memory=memory)
         self._services.append(service)
         for spec in self.specs:

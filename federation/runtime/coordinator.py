@@ -27,6 +27,7 @@ from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.handles import TaskHandle, TaskResult
 from federation.runtime.hedging import Hedging
@@ -202,6 +203,7 @@ class Coordinator:
             self.hooks.add(hook, {handle.id})
         if verdict.held:
             return self._holds.hold(handle, task, caller, verdict)
+        crash_point("placed")
         return self._hedging.ship(handle, task, policy, snap)
 
     def _placer(self) -> Policy:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from federation.core.errors import FederationError
 from federation.core.failures import classify
 from federation.placement.lateness import QueuedCopy
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, stream_lost
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.rows import copy_fields, copy_row, task_row
-from federation.runtime.shipping import ACK_TIMEOUT_S, await_task_id
 
 if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
@@ -144,8 +144,12 @@ class Hedging:
                 return None
             c._sending = True
         try:
-            fut = self.rt.backends[c.site].submit(
-                self.shipping.shipped(handle, task, c), c.candidate.shape
+            fut = self.shipping.send(
+                handle,
+                lambda: self.rt.backends[c.site].submit(
+                    self.shipping.shipped(handle, task, c), c.candidate.shape
+                ),
+                copy=c,
             )
         except Exception as e:
             with self.reg.lock:
@@ -160,11 +164,6 @@ class Hedging:
             c.future = fut
             c._sending = False
             late = c.cancelling  # another copy won while this one was sent
-        store = self.rt.store
-        if store is not None:
-            tid = await_task_id(fut, ACK_TIMEOUT_S)
-            if tid is not None:
-                store.update_task_copy(handle.id, c.index, compute_task_id=tid)
         if late:
             self.cancel_copy(handle, c)
             return None
@@ -431,6 +430,7 @@ class Hedging:
         """Cancel a losing copy at its site and report it (``task.hedge_cancelled``)."""
         cid = c.compute_task_id
         ok = c.future is None and cid is None  # never sent: nothing to cancel
+        crash_point("hedge.cancel")
         if cid is not None:
             try:
                 ok = self.rt.backends[c.site].cancel(cid)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.handles import TaskHandle, TaskState
 from federation.runtime.milestones import Milestones
 from federation.runtime.rows import end_fields
@@ -162,6 +163,7 @@ class Lifecycle:
         self.transition(
             h, "running", "task.started", detail, guard=guard, update=update, persist=persist
         )
+        crash_point("started")
 
     def complete(self, h: TaskHandle, value: Any) -> None:
         """``h`` returned ``value`` (``task.completed``)."""

@@ -5,11 +5,13 @@ ids), ends the event log missed are reported, milestones watched and groups re-a
 from __future__ import annotations
 
 import functools
+import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
 from federation.runtime.handles import TaskCopy, TaskHandle
+from federation.runtime.intents import Key, Settlement, claimed_ids, settle
 from federation.runtime.rows import copy_from_row, handle_from_row
 
 if TYPE_CHECKING:
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
     from federation.runtime.holds import Holds
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
+
+
+logger = logging.getLogger(__name__)
 
 
 class Recovery:
@@ -36,6 +41,7 @@ class Recovery:
         self.life = life
         self.hedging = hedging
         self.holds = holds
+        self.settlement = Settlement()
 
     def recover(self) -> list[TaskHandle]:
         """Re-attach to every task the store knows (after a restart); returns open ones.
@@ -65,11 +71,23 @@ class Recovery:
         for r in store.task_copies():
             copy_rows.setdefault(r["task_id"], []).append(r)
         racing: list[TaskHandle] = []
-        for row in store.tasks():
+        rows = store.tasks()
+        self.settlement = self.settle(rows, copy_rows)
+        resend: list[TaskHandle] = []
+        for row in rows:
             if row["id"] in self.reg.handles:
                 continue
+            claim = self.settlement.claimed_ids.get((row["id"], None))
+            if claim is not None:  # the site accepted it before its id was recorded
+                store.update_task(row["id"], compute_task_id=claim, ship_state="acked")
+                row = {**row, "compute_task_id": claim}
             h = handle_from_row(row, self.rt.events)
             h.copies = [copy_from_row(r) for r in copy_rows.get(h.id, [])]
+            for c in h.copies:
+                cid = self.settlement.claimed_ids.get((h.id, c.index))
+                if cid is not None:
+                    c._recovered_compute_id = cid
+                    store.update_task_copy(h.id, c.index, compute_task_id=cid, ship_state="acked")
             with self.reg.lock:
                 self.reg.handles[h.id] = h
                 self.reg.unindexed[h.id] = h
@@ -88,12 +106,12 @@ class Recovery:
                 h.decision = h.decision.model_copy(update={"chosen": w.candidate})
                 row = {**row, "compute_task_id": w.compute_task_id}
             if row["compute_task_id"] is None:
-                self.life.fail(
-                    h,
-                    "the coordinator stopped before the site acknowledged this "
-                    "submission; it never ran: submit it again",
-                    "",
-                )
+                verdict = self.settlement.verdict((h.id, None))
+                if verdict == "resend" and h.task is not None:
+                    resend.append(h)  # it never reached the site: shipped again below
+                    reopened.append(h)
+                    continue
+                self.life.fail(h, self._unsent_reason(verdict), "")
                 continue
             h._recovered_compute_id = row["compute_task_id"]
             by_site.setdefault(h.site, []).append(h)
@@ -112,6 +130,8 @@ class Recovery:
                     continue
                 h.future = fut
                 fut.add_done_callback(functools.partial(on_done, h))
+        for h in resend:
+            self.ship_again(h)
         self.recover_copies(racing)
         self.recover_continuations(reopened)
         self.rt.transfers.recover()  # open transfers: Globus tasks re-monitored, copies re-run
@@ -127,13 +147,18 @@ class Recovery:
             if h.copies and not h.attempts and not h.done and h.winner is not None
         ]
         persist_copy = self.hedging.persist_copy
+        resend: list[tuple[TaskHandle, TaskCopy]] = []
         for h in [*racing, *won]:
             for c in h.copies:
                 if c.state != "queued":
                     continue
                 if c.compute_task_id is None:
+                    verdict = self.settlement.verdict((h.id, c.index))
+                    if verdict == "resend" and h.task is not None and h.winner is None:
+                        resend.append((h, c))  # never reached its site: sent again below
+                        continue
                     c.state, c.ended_at = "failed", now
-                    c.error = "the coordinator stopped before the site acknowledged this copy"
+                    c.error = self._unsent_reason(verdict, "copy")
                     persist_copy(h, c)
                     continue
                 by_site.setdefault(c.site, []).append((h, c))
@@ -155,6 +180,7 @@ class Recovery:
                     with self.reg.lock:
                         c.state = "cancelling"
                     self.hedging.cancel_copy(h, c, winner=w)
+        again = {(h.id, c.index) for h, c in resend}
         for h in racing:
             live = [c for c in h.copies if c.state == "queued"]
             if not live:
@@ -164,8 +190,84 @@ class Recovery:
             with self.reg.lock:
                 self.reg.hedged[h.id] = h
             for c in live:
+                if (h.id, c.index) in again:
+                    continue  # followed once it is sent again
                 assert c.future is not None
                 c.future.add_done_callback(functools.partial(self.hedging.on_copy_done, h, c))
+        for h, c in resend:
+            h.notes.append(
+                f"copy {c.index} on {c.site} never reached its site before the coordinator "
+                "stopped: sent again"
+            )
+            self.hedging.send_copy(h, h.task, c)
+
+    # --- submissions the site never acknowledged --------------------------------------------
+    def settle(
+        self, rows: list[dict[str, Any]], copy_rows: dict[str, list[dict[str, Any]]]
+    ) -> Settlement:
+        """Which open records without a Globus Compute id reached their site (the site's
+        task group is asked only when some record was mid-submission)."""
+        pending: dict[Key, str | None] = {}
+        for row in rows:
+            if row["state"] in ("completed", "failed") or row["id"] in self.reg.handles:
+                continue
+            copies = copy_rows.get(row["id"], [])
+            for c in copies:
+                if c["state"] == "queued" and not c["compute_task_id"]:
+                    pending[(row["id"], c["idx"])] = c.get("ship_state")
+            if not copies and not row["compute_task_id"]:
+                pending[(row["id"], None)] = row.get("ship_state")
+        every_copy = [c for cs in copy_rows.values() for c in cs]
+        asking = any(state == "submitting" for state in pending.values())
+        group = self.group_ids() if asking else []
+        return settle(pending, claimed_ids(rows, every_copy), group)
+
+    def group_ids(self) -> list[str] | None:
+        """Every task of the coordinator's work group(s), as the web service lists them;
+        None when a group cannot be listed."""
+        ids: list[str] = []
+        asked: set[str] = set()
+        for name, backend in self.rt.backends.items():
+            lister = getattr(backend, "task_group_ids", None)
+            group = str(getattr(backend, "task_group_id", name))
+            if lister is None or group in asked:
+                continue
+            asked.add(group)
+            try:
+                ids += lister()
+            except Exception as e:  # the service is unreachable: nothing can be paired
+                logger.warning("listing task group %s through %s failed: %s", group, name, e)
+                return None
+        return ids
+
+    def _unsent_reason(self, verdict: str | None, what: str = "task") -> str:
+        if verdict == "unknown":
+            return (
+                f"the coordinator stopped while this {what} was being submitted and "
+                f"{self.settlement.reason}: it may have run; check the site "
+                "(`federation tasks`, sacct) before submitting it again"
+            )
+        return (
+            f"the coordinator stopped before the site acknowledged this {what}; it never "
+            "ran, and was recorded before its spec was kept: submit it again"
+        )
+
+    def ship_again(self, h: TaskHandle) -> None:
+        """Ship a recovered task that never reached its site, as it was placed."""
+        shipping = self.hedging.shipping
+        shape = h.decision.chosen.shape
+        backend = self.rt.backends.get(shape.site)
+        if backend is None:
+            self.life.fail(h, f"site {shape.site} is no longer configured; submit it again", "")
+            return
+        h.notes.append(f"never reached {shape.site} before the coordinator stopped: shipped again")
+        try:
+            fut = shipping.send(h, lambda: backend.submit(shipping.shipped(h, h.task), shape))
+        except Exception as e:
+            self.life.fail(h, f"submission to {shape.site} failed: {e}", "")
+            return
+        h.future = fut
+        shipping.follow(h, fut)
 
     def recover_continuations(self, reopened: list[TaskHandle]) -> None:
         """After a restart: report ends the log missed, watch milestones, re-attach groups."""

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from federation.core.failures import classify
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, remote, stream_lost
 from federation.runtime.handles import TaskHandle
 from federation.runtime.provenance import fetch_accounting
@@ -120,6 +121,7 @@ class Reports:
             self.life.fail(handle, message, str(exc), failure=failure.cls)
             return
         value = fut.result()
+        crash_point("result")
         ref = as_ref(value, handle.site)
         if ref is not None:  # too large to return inline: written to the site's storage
             handle.value_ref, value = ref, None

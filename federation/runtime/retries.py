@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from federation.core.envelope import MAX_WALLTIME_S
 from federation.core.errors import NoFeasibleSiteError
 from federation.core.failures import Failure
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line
 from federation.runtime.handles import TaskHandle
 from federation.runtime.provenance import fetch_accounting
@@ -280,9 +281,15 @@ class Retries:
 
         if not self.life.requeue(handle, update, persist, detail):
             return False  # it ended meanwhile (failed: its end is told once)
+        crash_point("retry")
+        task = handle.task
+        assert task is not None  # checked above: a task without its spec is not retried
         try:
-            fut = self.rt.backends[shape.site].submit(
-                self.shipping.shipped(handle, handle.task), shape
+            fut = self.shipping.send(
+                handle,
+                lambda: self.rt.backends[shape.site].submit(
+                    self.shipping.shipped(handle, task), shape
+                ),
             )
         except Exception as e:
             self.life.fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)

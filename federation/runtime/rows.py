@@ -17,6 +17,7 @@ from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.milestones import Milestones
 from federation.runtime.provenance import Accounting
 from federation.runtime.results import ResultRef
+from federation.runtime.specs import dump_spec, load_spec
 
 
 def task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
@@ -34,6 +35,7 @@ def task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
         "submitted_at": h.submitted_at.isoformat(),
         "milestones": h.wants.model_dump_json() if h.wants else None,
         "owner": h.caller,
+        "spec": dump_spec(task),
     }
 
 
@@ -120,6 +122,8 @@ def handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
         caller=row.get("owner") or DEFAULT_OWNER,
     )
     bus.set_owner(h.id, h.caller)
+    if row.get("spec") and row["state"] not in ("completed", "failed"):
+        h.task = load_spec(row["spec"])  # to ship again or retry after a restart
     if row.get("milestones"):
         h.wants = Milestones.model_validate_json(row["milestones"])
     if row.get("value_ref"):

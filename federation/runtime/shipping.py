@@ -3,7 +3,15 @@
 A task placed once is recorded, queued and submitted to its site here; the task's Globus
 Compute id is recorded once the site acknowledged it, and its future is followed (its end
 goes to ``on_done``). Hedged copies and retries ship through the same helpers
-(:meth:`Shipping.shipped`, :meth:`Shipping.admit`, :func:`await_task_id`).
+(:meth:`Shipping.send`, :meth:`Shipping.shipped`, :meth:`Shipping.admit`).
+
+**Shipping is idempotent across crashes.** With a store, :meth:`Shipping.send` records the
+intent (``ship_state='submitting'``) before the site is asked and the acknowledged id
+(``acked``) after, one submission at a time: so when a coordinator dies anywhere in
+between, at most one record is ``submitting`` and the site's task group holds at most one
+task no record claims. A restart asks the site (the task group) and pairs the two, or,
+when the group holds none, knows the task never reached the site and ships it again
+(:mod:`federation.runtime.intents`).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
+from federation.runtime.crashpoints import crash_point
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.results import shipped
 from federation.runtime.rows import task_row
@@ -58,6 +67,8 @@ class Shipping:
         self.reg = reg
         self.life = life
         self.on_done = on_done
+        self._send_lock = threading.Lock()
+        """One submission in flight at a time (with a store): see :meth:`send`."""
 
     def ship_once(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
         """Record ``handle`` (``task.queued``) and submit it to its one site."""
@@ -80,8 +91,12 @@ class Shipping:
             "predicted_wait_s": decision.chosen.predicted_wait_s,
         }
         self.life.queue(handle, detail, persist, register)
+        crash_point("recorded")
         try:
-            fut = self.rt.backends[shape.site].submit(self.shipped(handle, task), shape)
+            fut = self.send(
+                handle,
+                lambda: self.rt.backends[shape.site].submit(self.shipped(handle, task), shape),
+            )
         except Exception as e:
             self.life.fail(handle, f"submission to {shape.site} failed: {e}", "")
             raise FederationError(f"submission to {shape.site} failed: {e}") from e
@@ -89,13 +104,45 @@ class Shipping:
         self.follow(handle, fut)
         return handle
 
-    def follow(self, handle: TaskHandle, fut: Future[Any]) -> None:
-        """Record the task id the site acknowledged; pass the future's end to ``on_done``."""
+    def send(
+        self,
+        handle: TaskHandle,
+        submit: Callable[[], Future[Any]],
+        copy: TaskCopy | None = None,
+    ) -> Future[Any]:
+        """Hand ``handle`` (or one ``copy`` of it) to its site through ``submit``, with the
+        intent on record before and the Globus Compute id the site acknowledged after (see
+        the module's note). Without a store it only submits."""
         store = self.rt.store
-        if store is not None:
+        if store is None:
+            return submit()
+        with self._send_lock:
+            self._mark(handle, copy, ship_state="submitting")
+            crash_point("shipping")
+            try:
+                fut = submit()
+            except BaseException:
+                self._mark(handle, copy, ship_state=None)  # nothing reached the site
+                raise
             tid = await_task_id(fut, ACK_TIMEOUT_S)
+            crash_point("accepted")
             if tid is not None:
-                store.update_task(handle.id, compute_task_id=tid)
+                self._mark(handle, copy, compute_task_id=tid, ship_state="acked")
+            elif fut.done():  # refused before any acknowledgement: not on the site
+                self._mark(handle, copy, ship_state=None)
+            # else: no word within ACK_TIMEOUT_S; it stays 'submitting' for a restart to ask
+            return fut
+
+    def _mark(self, handle: TaskHandle, copy: TaskCopy | None, **fields: Any) -> None:
+        store = self.rt.store
+        assert store is not None
+        if copy is None:
+            store.update_task(handle.id, **fields)
+        else:
+            store.update_task_copy(handle.id, copy.index, **fields)
+
+    def follow(self, handle: TaskHandle, fut: Future[Any]) -> None:
+        """Pass the future's end to ``on_done``."""
         fut.add_done_callback(lambda f: self.on_done(handle, f))
 
     def shipped(self, h: TaskHandle, task: TaskSpec, copy: TaskCopy | None = None) -> TaskSpec:

@@ -146,7 +146,27 @@ def _adopt_unversioned(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _adopt_unversioned, HELD_SCHEMA)
+def _shipping_intents(db: sqlite3.Connection) -> None:
+    """Migration 4: what a restart asks the site about. ``ship_state`` is ``submitting``
+    from just before a task (or copy) is handed to its site until its Globus Compute id is
+    recorded (``acked``); ``spec`` is the task itself (serialized), so a restarted
+    coordinator can ship again what never reached the site, and retry what failed."""
+    for table, added in (
+        ("tasks", {"ship_state": "TEXT", "spec": "TEXT"}),
+        ("task_copies", {"ship_state": "TEXT"}),
+    ):
+        have = columns(db, table)
+        for col, sql_type in added.items():
+            if col not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    _SCHEMA,
+    _adopt_unversioned,
+    HELD_SCHEMA,
+    _shipping_intents,
+)
 """The state store's schema, version by version (``PRAGMA user_version``): append, never
 edit a released step."""
 

@@ -77,6 +77,10 @@ class ComputeSite:
         # by source, so a worker with nothing of this repository can run them
         client.fx_serializer = executor_serializer()
         self.task_group_id = task_group_id or uuid.uuid4()
+        self.probe_group_id = uuid.uuid5(self.task_group_id, "probes")
+        """Probes, accounting queries and withdrawals run in a task group of their own, so
+        the work group lists only tasks and copies, each of which a record claims (what a
+        restart asks: :meth:`task_group_ids`)."""
         self._factory = executor_factory
         self._canceller = canceller
         self._probe_fn = probe_fn
@@ -103,7 +107,8 @@ class ComputeSite:
                 logger.info("site %s: replacing a stopped executor for %s", self.name, key)
                 ex = None
             if ex is None:
-                ex = self._factory(self.endpoint_id, self.client, uec, self.task_group_id)
+                group = self.probe_group_id if uec.get("profile") == "probe" else self.task_group_id
+                ex = self._factory(self.endpoint_id, self.client, uec, group)
                 self._executors[key] = ex
             return ex
 
@@ -195,6 +200,13 @@ class ComputeSite:
         finally:
             ex.shutdown(wait=False)  # no more submissions; the watcher carries on
         return {tid: futs[tid] for tid in task_ids if tid in futs}
+
+    def task_group_ids(self) -> list[str]:
+        """The Globus Compute ids of every task the web service holds in this coordinator's
+        work group (the SDK's own ``get_task_group``, which ``reload_tasks`` reads)."""
+        web = self.client._compute_web_client.v2
+        reply = web.get_task_group(str(self.task_group_id))
+        return [str(t["id"]) for t in reply.get("tasks", [])]
 
     def cancel(self, task_id: str) -> bool:
         if self._canceller is None:

@@ -1,0 +1,121 @@
+"""The crash-point suite: a durable coordinator SIGKILLed at each named point of a task's
+life (``federation.runtime.crashpoints``), then restarted; every task completes **exactly
+once**.
+
+Each run of a task appends its Slurm job id to its own runs file, so the file's lines count
+executions on the site (and name the one job that ran it). After the restart the test
+checks the task completed, ran once, its lifecycle events came once each in order
+(queued, started, an end), and no record is left open. The other points of the suite
+(a group's re-placement, a transfer, a run killed mid-flight) are in
+``tests/test_faults_kill.py`` and ``tests/test_recovery.py``, marked ``crash`` too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federation.deploy.local import LocalSites
+from federation.runtime.crashpoints import POINTS
+from federation.runtime.store import Store
+
+pytestmark = [pytest.mark.slurm, pytest.mark.crash]
+ROOT = Path(__file__).resolve().parents[1]
+LIFE = ("task.queued", "task.started", "task.retried", "task.completed", "task.failed")
+
+CASES = [
+    ("placed", "embedded"),
+    ("recorded", "embedded"),
+    ("shipping", "embedded"),
+    ("accepted", "embedded"),
+    ("accepted", "cloud"),
+    ("started", "embedded"),
+    ("result", "embedded"),
+    ("retry", "embedded"),
+]
+
+
+def _fresh_store(home: Path) -> Path:
+    db = home / "coordinator.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return db
+
+
+def _word(out: str, word: str) -> str | None:
+    for line in out.splitlines():
+        if line.startswith(word + " "):
+            return line.split(" ", 1)[1].strip()
+    return None
+
+
+def test_every_case_names_a_known_point() -> None:
+    assert {p for p, _ in CASES} <= set(POINTS)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("point", "path"), CASES, ids=[f"{p}-{q}" for p, q in CASES])
+def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
+    local_federation: Any, tmp_path: Path, point: str, path: str
+) -> None:
+    home = local_federation.home
+    LocalSites(home=home).up()
+    db = _fresh_store(home)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    scenario = "retry" if point == "retry" else "once"
+    child = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "crash_at.py"),
+            str(home),
+            str(runs),
+            scenario,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "FEDERATION_PATH": path,
+            "FEDERATION_CRASH_AT": point,
+        },
+        timeout=600,
+        check=False,
+    )
+    assert child.returncode == -9, (child.returncode, child.stdout, child.stderr[-3000:])
+    assert f"CRASH {point}" in child.stdout and "NO CRASH" not in child.stdout, child.stdout
+    token = _word(child.stdout, "TOKEN")
+    assert token is not None
+    rows = Store(db).tasks()
+    if point == "placed":  # nothing was recorded, nothing shipped: the caller got no id
+        assert rows == [] and not (runs / token).exists()
+        return
+    assert len(rows) == 1, rows
+    tid = rows[0]["id"]
+    local = LocalSites(home=home, path=path)
+    coord = local.connect(durable=True, telemetry=False, probe_timeout_s=120)
+    try:
+        r = coord.get_result(tid, timeout_s=400)
+        assert r.status == "completed", (r.error, coord._registry.get(tid).notes)
+        jobs = (runs / token).read_text().split()
+        assert len(jobs) == 1, f"ran {len(jobs)} times (Slurm jobs {jobs})"
+        kinds = [e.kind for e in coord.events.history() if e.task_id == tid and e.kind in LIFE]
+        if point == "retry":
+            assert kinds[0] == "task.queued" and kinds[-2:] == ["task.started", "task.completed"]
+            assert kinds.count("task.retried") == 1 and kinds.count("task.completed") == 1
+            assert "task.failed" not in kinds
+        else:
+            assert kinds == ["task.queued", "task.started", "task.completed"], kinds
+        assert all(row["state"] in ("completed", "failed") for row in coord.store.tasks())
+        assert all(c["state"] != "queued" for c in coord.store.task_copies())
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()
