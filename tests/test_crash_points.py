@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_scene import until
 
 from federation.deploy.local import LocalSites
 from federation.runtime.crashpoints import POINTS
@@ -37,6 +38,7 @@ CASES = [
     ("started", "embedded"),
     ("result", "embedded"),
     ("retry", "embedded"),
+    ("hedge.cancel", "embedded"),
 ]
 
 
@@ -54,6 +56,16 @@ def _word(out: str, word: str) -> str | None:
     return None
 
 
+def _ours(fed: Any) -> list[str]:
+    out = fed.run("delta", ["squeue", "-h", "-o", "%i %j %T"]).stdout.splitlines()
+    return [j for j in out if j.strip() and "fed-crash-" not in j]
+
+
+def _release(fed: Any) -> None:
+    fed.run("delta", ["scancel", "--name=fed-crash-fill"])
+    fed.run("local", ["scancel", "--name=fed-crash-hold"])
+
+
 def test_every_case_names_a_known_point() -> None:
     assert {p for p, _ in CASES} <= set(POINTS)
 
@@ -61,14 +73,14 @@ def test_every_case_names_a_known_point() -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("point", "path"), CASES, ids=[f"{p}-{q}" for p, q in CASES])
 def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
-    local_federation: Any, tmp_path: Path, point: str, path: str
+    local_federation: Any, tmp_path: Path, point: str, path: str, request: Any
 ) -> None:
     home = local_federation.home
     LocalSites(home=home).up()
     db = _fresh_store(home)
     runs = tmp_path / "runs"
     runs.mkdir()
-    scenario = "retry" if point == "retry" else "once"
+    scenario = {"retry": "retry", "hedge.cancel": "hedge"}.get(point, "once")
     child = subprocess.run(
         [
             sys.executable,
@@ -89,6 +101,8 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
         timeout=600,
         check=False,
     )
+    if scenario == "hedge":  # the fillers and holders stay until the restart is checked
+        request.addfinalizer(lambda: _release(local_federation))
     assert child.returncode == -9, (child.returncode, child.stdout, child.stderr[-3000:])
     assert f"CRASH {point}" in child.stdout and "NO CRASH" not in child.stdout, child.stdout
     token = _word(child.stdout, "TOKEN")
@@ -115,6 +129,10 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
             assert kinds == ["task.queued", "task.started", "task.completed"], kinds
         assert all(row["state"] in ("completed", "failed") for row in coord.store.tasks())
         assert all(c["state"] != "queued" for c in coord.store.task_copies())
+        if scenario == "hedge":  # the losing copy's batch job left Delta's queue
+            copies = {c["site"]: c["state"] for c in coord.store.task_copies(tid)}
+            assert copies == {"delta": "cancelled", "local": "won"}, copies
+            until("the Delta copy's job is gone", lambda: not _ours(local_federation), 60)
     finally:
         coord.close()
         if local.service is not None:

@@ -101,6 +101,7 @@ class Coordinator:
         self.inline_limit_bytes = inline_limit_bytes
         self.milestones = MilestoneWatcher(self.events)
         self.hooks = HookRunner(self.events)
+        self.hooks.store = store
         """Webhook and command hooks: ``coord.hooks.add(WebhookHook(url=...))`` for all."""
         self._registry = reg = TaskRegistry()
         self._lock = reg.lock  # the one lock every part takes
@@ -357,6 +358,12 @@ class Coordinator:
         """Re-attach to every task the store knows (after a restart); returns open ones
         (hedged tasks' copies too; see :meth:`Recovery.recover
         <federation.runtime.recovery.Recovery.recover>`)."""
+        store = self.store
+        if store is not None:  # hooks first: they hear what the recovery reports
+            ended = {e.task_id for e in self.events.history() if e.kind == "group.round_terminal"}
+            open_ids = {r["id"] for r in store.tasks(open_only=True)}
+            open_ids |= {g["id"] for g in store.groups() if g["id"] not in ended}
+            self.hooks.restore(open_ids)
         return self._recovery.recover()
 
     # --- move_data ---------------------------------------------------------------------------

@@ -17,12 +17,13 @@ import logging
 import queue
 import subprocess
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 import tenacity
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from federation.core.model import Frozen
 from federation.runtime.events import Event, EventBus
@@ -61,6 +62,17 @@ class CommandHook(Frozen):
 
 
 Hook = WebhookHook | CommandHook
+_HOOK: TypeAdapter[Hook] = TypeAdapter(Hook)
+
+
+class HookStore(Protocol):
+    """Where task and group hooks are kept across restarts (the coordinator's store)."""
+
+    def insert_hook(self, hook_json: str, ids: Sequence[str]) -> int: ...
+
+    def update_hook_ids(self, row_id: int, ids: Sequence[str]) -> None: ...
+
+    def hooks(self) -> list[tuple[int, str, list[str]]]: ...
 
 
 class HookError(Exception):
@@ -81,6 +93,9 @@ class Registration:
     failed: int = 0
     _queue: queue.SimpleQueue[Event] = field(default_factory=queue.SimpleQueue)
     _busy: bool = False
+    _row: int | None = None
+    """Its row in the store (a task or group hook the store keeps), if any."""
+    _store: HookStore | None = None
 
     def wants(self, ev: Event) -> bool:
         kinds = self.hook.kinds
@@ -95,6 +110,8 @@ class Registration:
         """Widen a task or group hook to one more task (a group's new child)."""
         if self.task_ids is not None:
             self.task_ids.add(task_id)
+            if self._store is not None and self._row is not None:
+                self._store.update_hook_ids(self._row, sorted(self.task_ids))
 
 
 class HookRunner:
@@ -102,6 +119,8 @@ class HookRunner:
 
     def __init__(self, bus: EventBus, workers: int = 2) -> None:
         self.bus = bus
+        self.store: HookStore | None = None
+        """Keeps task and group hooks across restarts (set by a durable coordinator)."""
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._regs: list[Registration] = []
@@ -113,11 +132,41 @@ class HookRunner:
         bus.subscribe(self._on_event)
 
     def add(self, hook: Hook, task_ids: set[str] | None = None) -> Registration:
-        """Register ``hook`` for every task (``task_ids`` None) or for these tasks only."""
+        """Register ``hook`` for every task (``task_ids`` None) or for these tasks only.
+
+        With a :attr:`store`, a task or group hook is kept there and registered again after
+        a restart (:meth:`restore`), except a webhook with ``headers`` (they may carry
+        credentials, which are never written to disk: such a hook is registered again by
+        its owner after a restart). Global hooks come from configuration at each start."""
         reg = Registration(hook, None if task_ids is None else set(task_ids))
+        store = self.store
+        keep = not (isinstance(hook, WebhookHook) and hook.headers)
+        if store is not None and reg.task_ids is not None and keep:
+            reg._row = store.insert_hook(hook.model_dump_json(), sorted(reg.task_ids))
+            reg._store = store
         with self._lock:
             self._regs.append(reg)
         return reg
+
+    def restore(self, open_ids: set[str]) -> list[Registration]:
+        """After a restart: register again the kept hooks of tasks or groups still open."""
+        store = self.store
+        if store is None:
+            return []
+        out: list[Registration] = []
+        for row, text, ids in store.hooks():
+            if not open_ids.intersection(ids):
+                continue  # its tasks ended before the restart: nothing more to deliver
+            try:
+                hook = _HOOK.validate_json(text)
+            except ValueError as e:
+                logger.warning("hook %s in the store no longer validates: %s", row, e)
+                continue
+            reg = Registration(hook, set(ids), _row=row, _store=store)
+            with self._lock:
+                self._regs.append(reg)
+            out.append(reg)
+        return out
 
     def remove(self, reg: Registration) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -161,11 +161,22 @@ def _shipping_intents(db: sqlite3.Connection) -> None:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}")
 
 
+_HOOKS = """
+CREATE TABLE IF NOT EXISTS hooks (
+    id INTEGER PRIMARY KEY,
+    hook TEXT NOT NULL,
+    ids TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+"""Migration 5: hooks registered for tasks or groups, re-registered after a restart."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     _SCHEMA,
     _adopt_unversioned,
     HELD_SCHEMA,
     _shipping_intents,
+    _HOOKS,
 )
 """The state store's schema, version by version (``PRAGMA user_version``): append, never
 edit a released step."""
@@ -256,6 +267,25 @@ class Store:
             db.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", tuple(row.values()))
             for c in copies:
                 _insert_copy(db, row["id"], c)
+
+    def insert_hook(self, hook_json: str, ids: Sequence[str]) -> int:
+        """Record a hook registered for these task or group ids; its row id."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO hooks (hook, ids, created_at) VALUES (?, ?, ?)",
+                (hook_json, json.dumps(sorted(ids)), datetime.now(UTC).isoformat()),
+            )
+            return int(cur.lastrowid or 0)
+
+    def update_hook_ids(self, row_id: int, ids: Sequence[str]) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE hooks SET ids=? WHERE id=?", (json.dumps(sorted(ids)), row_id))
+
+    def hooks(self) -> list[tuple[int, str, list[str]]]:
+        """(row id, hook JSON, task or group ids) of every recorded hook."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, hook, ids FROM hooks ORDER BY id").fetchall()
+        return [(int(i), str(h), list(json.loads(ids))) for i, h, ids in rows]
 
     def update_task(self, task_id: str, **fields: Any) -> None:
         sets = ", ".join(f"{k}=?" for k in fields)
