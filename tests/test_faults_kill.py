@@ -101,7 +101,6 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
         assert [c.name for c in g.children] == ["c1", "c2", "c3"]
         assert g.wait(240), g.state()
         child = next(c for c in g.children if c.name == moved)
-        siblings = sorted(set(placed) - {moved})
         hist = coord.events.history()
         assert [e.seq for e in hist] == list(range(1, len(hist) + 1))  # none lost, none twice
         per = Counter((e.task_id, e.kind) for e in hist)
@@ -116,28 +115,20 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
         assert Store(db).groups()[-1]["state"] == "terminal"
         ran = Counter(line.split()[0] for line in runs.read_text().splitlines())
         group_events = [e for e in hist if e.task_id == gid]
-        if point == "after_cancel":
-            # the move never placed the child again: it fails, saying what to do
-            assert [h.id for h in child.attempts] == [old_id]
-            assert g.state() == {**{s: "completed" for s in siblings}, moved: "failed"}
-            (exc,) = [e for e in group_events if e.kind == "group.exception"]
-            assert exc.detail["child"] == moved and "submit it again" in exc.detail["error"]
-            assert exc.seq < terminal.seq
-            assert g.replacements == [] and per[(gid, "group.child_replaced")] == 0
-            assert ran == {s: 1 for s in siblings}  # the moved child never ran anywhere
-        else:
-            # the replacement the killed coordinator submitted is the child's, and ran once
-            old, new = child.attempts
-            assert old.id == old_id and old.error == REPLACED
-            assert new.site in ("local", "vista") and new.state == "completed"
-            assert g.state() == {"c1": "completed", "c2": "completed", "c3": "completed"}
-            assert g.replacements == [{"child": moved, "from": "delta", "to": new.site}]
-            (rep,) = [e for e in group_events if e.kind == "group.child_replaced"]
-            assert rep.detail["new_task"] == new.id and rep.detail["recovered"] is True
-            assert not [e for e in group_events if e.kind == "group.exception"]
-            assert ran == {"c1": 1, "c2": 1, "c3": 1}
-            (moved_run,) = [ln for ln in runs.read_text().splitlines() if ln.startswith(moved)]
-            assert moved_run.split()[1] == new.site
+        # killed after the cancel, the restart finishes the move (placed again elsewhere);
+        # killed after the new submit, the replacement the killed coordinator submitted is
+        # the child's: either way the child runs once, on its new site
+        old, new = child.attempts
+        assert old.id == old_id and old.error == REPLACED
+        assert new.site in ("local", "vista") and new.state == "completed"
+        assert g.state() == {"c1": "completed", "c2": "completed", "c3": "completed"}
+        assert g.replacements == [{"child": moved, "from": "delta", "to": new.site}]
+        (rep,) = [e for e in group_events if e.kind == "group.child_replaced"]
+        assert rep.detail["new_task"] == new.id and rep.detail["recovered"] is True
+        assert not [e for e in group_events if e.kind == "group.exception"]
+        assert ran == {"c1": 1, "c2": 1, "c3": 1}
+        (moved_run,) = [ln for ln in runs.read_text().splitlines() if ln.startswith(moved)]
+        assert moved_run.split()[1] == new.site
         # the cancelled placement left nothing behind in Delta's queue
         q = local.slurm.run("delta", ["squeue", "-h", "-o", "%j %T"])
         assert all(ln.startswith(TAG) for ln in q.stdout.splitlines() if ln.strip()), q.stdout

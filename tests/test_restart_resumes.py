@@ -120,3 +120,33 @@ def test_a_task_failing_after_a_restart_is_retried_from_its_kept_spec(tmp_path: 
     finally:
         for s in sites.values():
             s.close()
+
+
+def test_a_watched_task_is_judged_again_after_a_restart(tmp_path: Path) -> None:
+    """The watch timer of a task still queued is armed again by the restarted coordinator:
+    once overdue it gets a copy where it now finishes sooner, as before the crash."""
+    from test_hedging import _copy_added, _kinds, _Waits, _watched
+
+    sites = _sites()
+    db = tmp_path / "coordinator.db"
+    waits = _Waits(delta=0.0, local=900.0)
+    first = _watched(sites, waits, Store(db))
+    try:
+        h = first.submit_task(PythonTask(square, (6,)), ResourceEnvelope(sites=("delta", "local")))
+        assert [c.site for c in h.copies] == ["delta"]
+        _gone(first)  # its watch timer dies with it
+        first._hedging.rejudge_pool and first._hedging.rejudge_pool.shutdown(cancel_futures=True)
+        second = _watched(sites, waits, Store(db))
+        second.recover()
+        waits.waits = {"delta": 5000.0, "local": 0.0}  # Delta's queue grew; local drained
+        added = _copy_added(second, h)
+        assert added.site == "local"
+        sites["local"].go.set()
+        r = second.get_result(h.id, timeout_s=10)
+        assert r.status == "completed" and r.value == {"site": "local", "value": 36}
+        again = second._handle(h.id)
+        assert _kinds(second, again)[-2:] == ["task.started", "task.completed"]
+        second.close()
+    finally:
+        for s in sites.values():
+            s.close()

@@ -36,6 +36,7 @@ from federation.core.tasks import TaskSpec
 from federation.runtime.events import Event, EventCallback
 from federation.runtime.handles import TaskHandle
 from federation.runtime.hooks import Hook
+from federation.runtime.specs import load_spec
 from federation.security.policy import LOCAL_CALLER
 
 if TYPE_CHECKING:
@@ -110,7 +111,8 @@ class GroupChild:
 
     name: str
     task: TaskSpec | None
-    """None for a child re-attached after a restart (it cannot be re-placed)."""
+    """After a restart, from the spec the store keeps (None for a record from before
+    specs were kept: such a child cannot be re-placed)."""
     envelope: ResourceEnvelope
     attempts: list[TaskHandle] = field(default_factory=list)
 
@@ -469,16 +471,66 @@ class GroupManager:
                         "submit it again",
                     )
             reopened.append(g)
-            self._recover_moves(g, history)
-            live = [c for c in g.children if c.attempts]
-            if not live:
-                self._on_terminal_check(g)
+            unmoved = self._recover_moves(g, history)
+            for child in g.children:  # re-placeable again: its spec is kept in the store
+                if child.attempts and child.task is None:
+                    child.task = child.handle.task or self._kept_spec(child.handle.id)
+            live = [c for c in g.children if c.attempts and c not in unmoved]
+            with self._lock:  # judged once, when every child is attached (and moved)
+                g._submitting = True
             for child in live:
                 child.handle.add_callback(functools.partial(self._on_child_event, g))
+            for child in unmoved:
+                self._resume_move(g, child)
+            with self._lock:
+                g._submitting = False
+            self._evaluate(g)
         return reopened
 
-    def _recover_moves(self, g: GroupHandle, history: list[Event]) -> None:
-        """Report the re-placements an earlier coordinator stopped in the middle of (once)."""
+    def _kept_spec(self, task_id: str) -> TaskSpec | None:
+        store = self.coord.store
+        row = store.task(task_id) if store is not None else None
+        return load_spec(row.get("spec")) if row is not None else None
+
+    def _resume_move(self, g: GroupHandle, child: GroupChild) -> None:
+        """Finish a move an earlier coordinator stopped in the middle of: its queued
+        placement was cancelled and no new one submitted. Placed again, away from the site
+        it was moved from; if that cannot be done, a ``group.exception`` says so."""
+        old = child.handle
+        sites = tuple(s for s in (child.envelope.sites or self.coord.backends) if s != old.site)
+        why = "no other site is allowed" if not sites else "its task was not kept"
+        if sites and child.task is not None:
+            env = child.envelope.model_copy(update={"sites": sites})
+
+            def record(ev: Event) -> None:
+                if ev.kind == "task.queued":
+                    self._record_move(g, child, old, self.coord._handle(ev.task_id))
+
+            try:
+                new = self.coord.submit_task(
+                    child.task, env, hooks=g.hooks, caller=g.caller, on_event=record
+                )
+            except Exception as e:  # never lose the group: say what happened
+                why = f"placing it again failed: {type(e).__name__}: {e}"
+            else:
+                self._record_move(g, child, old, new)
+                self._announce_move(g, child, old, new, recovered=True)
+                new.add_callback(functools.partial(self._on_child_event, g))
+                return
+        self.coord.events.emit(
+            "group.exception",
+            g.id,
+            old.site,
+            child=child.name,
+            child_task=old.id,
+            error="the coordinator stopped while re-placing this child: its queued task on "
+            f"{old.site} was cancelled and it could not be placed again ({why}); submit it again",
+        )
+
+    def _recover_moves(self, g: GroupHandle, history: list[Event]) -> list[GroupChild]:
+        """Report the re-placements an earlier coordinator stopped in the middle of (once);
+        the children whose move must still be made (cancelled, not yet placed again)."""
+        unmoved: list[GroupChild] = []
         mine = [e for e in history if e.task_id == g.id]
         announced = {e.detail.get("new_task") for e in mine if e.kind == "group.child_replaced"}
         reported = {e.detail.get("child") for e in mine if e.kind == "group.exception"}
@@ -491,23 +543,9 @@ class GroupManager:
                 h = c.handle
                 if h.state == "failed" and h.error == REPLACED:
                     # cancelled to be moved, then stopped before the new placement was made
-                    self.coord.events.emit(
-                        "group.exception",
-                        g.id,
-                        h.site,
-                        child=c.name,
-                        child_task=h.id,
-                        error="the coordinator stopped while re-placing this child: its "
-                        f"queued task on {h.site} was cancelled and no new placement was "
-                        "submitted; submit it again",
-                    )
-
-    def _on_terminal_check(self, g: GroupHandle) -> None:
-        with self._lock:
-            if g._ending:
-                return
-            g._ending = True
-        self._end_round(g)
+                    c.task = c.task or self._kept_spec(h.id)
+                    unmoved.append(c)
+        return unmoved
 
     def _end_round(self, g: GroupHandle) -> None:
         """Record and announce the round's end, then release ``wait()`` (in that order, so

@@ -194,6 +194,11 @@ class Recovery:
                     continue  # followed once it is sent again
                 assert c.future is not None
                 c.future.add_done_callback(functools.partial(self.hedging.on_copy_done, h, c))
+        watching = self.rt._placer()
+        if watching.watch is not None:  # judged again once overdue, as before the restart
+            for h in racing:
+                if not h.done and h.winner is None:
+                    self.hedging.arm_rejudge(h, watching)
         for h, c in resend:
             h.notes.append(
                 f"copy {c.index} on {c.site} never reached its site before the coordinator "
