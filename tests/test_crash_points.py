@@ -120,7 +120,12 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
         assert r.status == "completed", (r.error, coord._registry.get(tid).notes)
         jobs = (runs / token).read_text().split()
         assert len(jobs) == 1, f"ran {len(jobs)} times (Slurm jobs {jobs})"
-        kinds = [e.kind for e in coord.events.history() if e.task_id == tid and e.kind in LIFE]
+        hist = coord.events.history()
+        # the cursor a waiting agent reads goes on across the crash: no gap, no repeat
+        assert [e.seq for e in hist] == list(range(1, len(hist) + 1))
+        mine = [e for e in hist if e.task_id == tid]
+        assert len({(e.kind, e.site, e.at) for e in mine}) == len(mine)
+        kinds = [e.kind for e in mine if e.kind in LIFE]
         if point == "retry":
             assert kinds[0] == "task.queued" and kinds[-2:] == ["task.started", "task.completed"]
             assert kinds.count("task.retried") == 1 and kinds.count("task.completed") == 1

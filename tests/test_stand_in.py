@@ -337,3 +337,42 @@ def test_embedded_acknowledgement_means_the_endpoint_holds_the_task(
         assert "never received this task" in str(lost.get("exception")), lost
     finally:
         later.close()
+
+
+def test_a_restarted_service_still_delivers_what_it_accepted(
+    daemons: EndpointDaemons, tmp_path: Path
+) -> None:
+    """The real service's queue for an endpoint is durable: a task accepted while the
+    endpoint was away is delivered when it is back, whatever happened to the client. The
+    stand-in dies with its process, so it keeps an undelivered task's message in its memory
+    and a restarted one delivers it (a restarted coordinator re-attaches through the task
+    group: ``federation.runtime.intents``)."""
+    memory = tmp_path / "compute-service.db"
+    first = LocalComputeService(strict=True, memory=memory)
+    first.add_endpoint(EID, SITE, daemons.run_dir(SITE))  # no daemon: offline
+    _client, ex = make_executor(first)
+    try:
+        tid = task_id_of(ex.submit(square, 7))
+        tg = ex.task_group_id  # the service named it
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        first.close()  # gone before it could forward anything
+    # a restarted client is a new process: none of the old one's result watchers survive
+    # (the SDK keeps them per task group in a module global)
+    from globus_compute_sdk.sdk import executor as sdk_executor
+
+    sdk_executor._RESULT_WATCHERS.pop(tg, None)
+    daemons.start(SITE, BEAT)
+    second = LocalComputeService(strict=True, memory=memory)
+    second.add_endpoint(EID, SITE, daemons.run_dir(SITE))
+    client2 = second.client()
+    client2.fx_serializer = executor_serializer()
+    ex2 = second.executor(EID, client2, user_endpoint_config=PROBE, task_group_id=tg)
+    try:
+        (fut,) = [f for f in ex2.reload_tasks() if str(f.task_id) == tid]
+        assert fut.result(timeout=60) == 49
+        with sqlite3.connect(daemons.run_dir(SITE) / "tasks.db") as db:
+            assert [r[0] for r in db.execute("SELECT task_id FROM tasks")] == [tid]  # once
+    finally:
+        ex2.shutdown(wait=False, cancel_futures=True)
+        second.close()

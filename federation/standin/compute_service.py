@@ -202,6 +202,8 @@ class LocalComputeService:
             if rec is not None:
                 rec.delivered = True
                 rec.taken.set()
+        if self._memory is not None:
+            self._memory.delivered(task_id)
 
     def _settle_delivered(self, endpoint_id: str) -> None:
         """The endpoint is (back) online: settle every task it took and still owes.
@@ -341,17 +343,16 @@ class LocalComputeService:
                 self._tasks[tid] = rec
                 self._groups.setdefault(tg, []).append(tid)
                 ep.task_ids.add(tid)
+            msg = {
+                "op": "submit",
+                "task_id": tid,
+                "packed_task": protocol.b64(packed),
+                "user_endpoint_config": uec,
+                "user_runtime": runtime,
+            }
             if self._memory is not None:
-                self._memory.remember(tid, endpoint_id, tg)
-            queued.append(
-                {
-                    "op": "submit",
-                    "task_id": tid,
-                    "packed_task": protocol.b64(packed),
-                    "user_endpoint_config": uec,
-                    "user_runtime": runtime,
-                }
-            )
+                self._memory.remember(tid, endpoint_id, tg, msg)
+            queued.append(msg)
             tasks_out[fid].append(tid)
         ep.link.hold(queued)  # forwarded in order, now if the endpoint is online
         if not self.strict and ep.link.online():
@@ -459,6 +460,15 @@ class LocalComputeService:
             if ep is not None:
                 ep.task_ids.add(tid)
         if ep is None:
+            return
+        pending = self._memory.undelivered(tid) if self._memory is not None else None
+        if pending is not None:
+            # accepted and remembered, never taken by its endpoint (the service stopped
+            # before forwarding it): queued again, as the real service's durable queue keeps
+            # it (the endpoint ignores a resend of a task it did take)
+            with self._lock:
+                rec.delivered = False
+            ep.link.hold([pending])
             return
         try:
             found = ep.link.conn.request({"op": "status", "task_ids": [tid]})["tasks"]

@@ -9,11 +9,13 @@ the service's limit).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from globus_compute_common.messagepack.message_types import Result
 
@@ -32,14 +34,43 @@ class TaskMemory:
             "NOT NULL, task_group_id TEXT NOT NULL, submitted_at REAL NOT NULL)"
         )
         self._db.execute("CREATE INDEX IF NOT EXISTS by_group ON tasks(task_group_id)")
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(tasks)")}
+        if "message" not in cols:  # the task as queued for its endpoint, until it took it
+            self._db.execute("ALTER TABLE tasks ADD COLUMN message TEXT")
         self._lock = threading.Lock()
 
-    def remember(self, task_id: str, endpoint_id: str, task_group_id: str) -> None:
+    def remember(
+        self,
+        task_id: str,
+        endpoint_id: str,
+        task_group_id: str,
+        message: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a task; with ``message`` (what is forwarded to its endpoint), kept until
+        :meth:`delivered`, so a restarted service still delivers it (the real service's
+        queue for an endpoint is durable)."""
         with self._lock, self._db:
             self._db.execute(
-                "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
-                (task_id, endpoint_id, task_group_id, time.time()),
+                "INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?, ?)",
+                (
+                    task_id,
+                    endpoint_id,
+                    task_group_id,
+                    time.time(),
+                    json.dumps(message) if message is not None else None,
+                ),
             )
+
+    def delivered(self, task_id: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("UPDATE tasks SET message=NULL WHERE task_id=?", (task_id,))
+
+    def undelivered(self, task_id: str) -> dict[str, Any] | None:
+        """The message of a task its endpoint has not taken yet (None once it has)."""
+        with self._lock:
+            row = self._db.execute("SELECT message FROM tasks WHERE task_id=?", (task_id,))
+            found = row.fetchone()
+        return json.loads(found[0]) if found and found[0] else None
 
     def group(self, task_group_id: str) -> list[tuple[str, str]]:
         with self._lock:
