@@ -1,10 +1,22 @@
-"""Shared fixtures. Tests that need the real local Slurm federation are marked ``slurm``."""
+"""Shared fixtures. Tests that need the real local Slurm federation are marked ``slurm``.
+
+After the whole session, a **secret scan** reads every file the session wrote (pytest's
+basetemp, and the files of the federation home modified during the session: logs, event
+logs, manifests, SQLite databases and their write-ahead logs) for every token issued and
+client secret set during the run, and for token-shaped text
+(:mod:`federation.security.scan`). A finding fails the session (exit status 1) with a
+report naming each file and offset, and the secret's first characters only.
+``FEDERATION_SECRET_SCAN=0`` turns it off.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,5 +133,107 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os._exit(int(status))
 
 
+# --- the secret scan ------------------------------------------------------------------------
+
+SECRET_ENV = re.compile(r"SECRET|^FEDERATION_TOKEN$")
+"""Environment variables whose values, seen during a test, are secrets to look for."""
+
+
+class SecretRegistry:
+    """Every secret the session handed out: tokens :meth:`TokenStore.issue` issued (and
+    their secret parts), client secrets tests put in the environment, and anything a test
+    adds (the ``secret_registry`` fixture)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.secrets: set[str] = set()
+
+    def add(self, secret: str) -> None:
+        self.secrets.add(secret)
+        if secret.startswith("fedtok_") and secret.count("_") >= 2:
+            self.secrets.add(secret.split("_", 2)[2])  # the secret part alone
+
+    def add_environment(self) -> None:
+        for name, value in os.environ.items():
+            if SECRET_ENV.search(name) and len(value) >= 8:
+                self.add(value)
+
+
+_REGISTRY = SecretRegistry()
+
+
+@pytest.fixture(scope="session")
+def secret_registry() -> SecretRegistry:
+    """Add secrets a test creates some other way; the session's scan looks for them."""
+    return _REGISTRY
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from federation.security.tokens import TokenStore
+
+    issue = TokenStore.issue
+    if getattr(issue, "_records_secrets", False):
+        return
+
+    @functools.wraps(issue)
+    def recording_issue(self: TokenStore, *args: Any, **kwargs: Any) -> Any:
+        issued = issue(self, *args, **kwargs)
+        _REGISTRY.add(issued.token)
+        return issued
+
+    recording_issue._records_secrets = True  # type: ignore[attr-defined]
+    TokenStore.issue = recording_issue  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
+    try:
+        return (yield)
+    finally:  # before teardown undoes a monkeypatch.setenv
+        _REGISTRY.add_environment()
+
+
+def _scanned_places(session: pytest.Session) -> tuple[list[Path], list[Path]]:
+    """(whole folders, folders whose files modified during the session count)."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    whole = [Path(basetemp)] if basetemp is not None else []
+    from federation.core.paths import federation_home
+
+    return whole, [federation_home()]
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config._federation_exitstatus = exitstatus  # type: ignore[attr-defined]
+    config = session.config
+    if os.environ.get("FEDERATION_SECRET_SCAN", "1") != "0" and not config.option.collectonly:
+        from federation.security.scan import scan
+
+        _REGISTRY.add_environment()
+        whole, recent = _scanned_places(session)
+        report = scan(whole, _REGISTRY.secrets)
+        later = scan(recent, _REGISTRY.secrets, since=_REGISTRY.started - 2)
+        report.findings += later.findings
+        report.files += later.files
+        report.bytes += later.bytes
+        report.credential_stores += later.credential_stores
+        config._federation_secret_scan = report  # type: ignore[attr-defined]
+        if not report.clean:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config._federation_exitstatus = session.exitstatus  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    report = getattr(config, "_federation_secret_scan", None)
+    if report is None:
+        return
+    if report.clean:
+        terminalreporter.write_line(report.summary().splitlines()[0] + ": clean")
+        return
+    terminalreporter.write_sep("=", "secrets left on disk", red=True)
+    terminalreporter.write_line(report.summary(), red=True)
+    terminalreporter.write_line(
+        "A token or secret was written to a file during the session: find what wrote it "
+        "(the file names the test), and redact or stop writing it.",
+        red=True,
+    )
+    terminalreporter.stats.setdefault("secrets found", []).extend(report.findings)

@@ -30,7 +30,8 @@ class PythonTask:
 class ShellTask(Frozen):
     """A shell command run in the job (through the SDK's ``ShellFunction``)."""
 
-    command: str = Field(min_length=1, max_length=100_000)
+    command: str = Field(min_length=1, max_length=100_000, pattern=r"\S")
+    """Not blank (``pattern``: at least one character that is not white space)."""
     name: str = ""
     snippet_lines: int = Field(default=1000, ge=1)
 

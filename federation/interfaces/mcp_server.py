@@ -28,6 +28,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.snapshot import FederationSnapshot
+from federation.interfaces.mcp_strict import StrictMCPServer, argument_errors, bad_arguments
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
     MAX_GROUP_CHILDREN,
@@ -81,6 +82,14 @@ transfer_id; await transfer.* events; get_transfer). Nothing here blocks except
 await_event, and that at most its timeout_s."""
 
 AwaitOps = Callable[[], Awaitable[Operations]]
+TASK_HINT = (
+    "give exactly one of `command` (a shell command) or `function` (a list_functions name, "
+    "with JSON `args`/`kwargs`), and an `envelope` (draft_envelope proposes one)"
+)
+GROUP_HINT = f"fix the named children: each is a submit_task call's arguments. {TASK_HINT}"
+TRANSFER_HINT = (
+    "name sites inspect_federation lists, and paths relative to each site's storage root"
+)
 
 
 def _tool_error(e: OpsError) -> ToolError:
@@ -91,14 +100,6 @@ def _tool_error(e: OpsError) -> ToolError:
     if b.details:
         text += f"\nDetails: {json.dumps(b.details, default=str)[:4000]}"
     return ToolError(text)
-
-
-def _messages(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
-    return "; ".join(parts)
 
 
 STDIO_CALLER = "mcp"
@@ -182,7 +183,7 @@ def build_server(
 
     ``keeper`` holds the snapshot inspect_federation answers with; by default a new one that
     starts probing at once (in the background)."""
-    mcp = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = StrictMCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
     snapshots = keeper or SnapshotKeeper(ops_probe(get_ops), max_age_s=SNAPSHOT_MAX_AGE_S)
 
     @mcp.tool(
@@ -286,7 +287,7 @@ def build_server(
                 envelope=envelope,
             )
         except ValidationError as e:
-            raise ToolError(f"bad_request: {_messages(e)}") from e
+            raise bad_arguments(argument_errors(e), TASK_HINT) from e
         ops = await get_ops()
         resp: SubmitResponse = await _run(ops.submit, req, caller_of(ctx))
         return resp
@@ -329,7 +330,7 @@ def build_server(
                 children=children, objective=objective, distinct_sites=distinct_sites
             )
         except ValidationError as e:
-            raise ToolError(f"bad_request: {_messages(e)}") from e
+            raise bad_arguments(argument_errors(e), GROUP_HINT) from e
         ops = await get_ops()
         resp: GroupResponse = await _run(ops.submit_group, req, caller_of(ctx))
         return resp
@@ -394,7 +395,7 @@ def build_server(
                 deadline_s=deadline_s,
             )
         except ValidationError as e:
-            raise ToolError(f"bad_request: {_messages(e)}") from e
+            raise bad_arguments(argument_errors(e), TRANSFER_HINT) from e
         ops = await get_ops()
         resp: TransferResponse = await _run(ops.move_data, req, caller_of(ctx))
         return resp

@@ -11,7 +11,6 @@ coordinator turns that into an unhealthy site with :func:`unreachable_snapshot`.
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 import zlib
 from collections import Counter
@@ -46,6 +45,8 @@ REQUIRED_COMMANDS = ("sinfo", "squeue", "scontrol_partition")
 OPTIONAL_COMMANDS = ("squeue_start", "version", "sshare")
 RUNNING_STATES = frozenset({"running", "configuring"})
 PENDING_STATES = frozenset({"pending", "requeued"})
+MAX_UTC_OFFSET_S = 86_400
+"""A site's clock is at most a day off UTC (time zones are within 14 hours)."""
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:-\w+)?)")
 
 
@@ -88,7 +89,7 @@ def command_output(probe: Mapping[str, Any], name: str) -> str:
     if packed:
         try:
             return zlib.decompress(base64.b64decode(str(packed))).decode("utf-8")
-        except (binascii.Error, zlib.error, UnicodeDecodeError) as e:
+        except (ValueError, zlib.error) as e:  # binascii.Error, UnicodeError, non-ASCII text
             raise ParseError(f"{name}: compressed stdout is corrupt: {e}") from None
     out = entry.get("stdout")
     if not isinstance(out, str):
@@ -222,8 +223,15 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
         )
     warnings: list[str] = []
     offset = probe.get("utc_offset_s") or 0
-    if not isinstance(offset, int | float):
-        raise ProbeError(f"probe 'utc_offset_s' is {offset!r}, expected seconds")
+    if (
+        isinstance(offset, bool)
+        or not isinstance(offset, int | float)
+        or not abs(offset) <= MAX_UTC_OFFSET_S  # NaN and infinities too
+    ):
+        raise ProbeError(
+            f"probe 'utc_offset_s' is {snippet(str(offset))}, expected seconds east of UTC "
+            f"(at most {MAX_UTC_OFFSET_S} either way)"
+        )
 
     sinfo_out = command_output(probe, "sinfo")
     nodes = parse_sinfo(sinfo_out, _fields(probe, "sinfo", SINFO_FIELDS))

@@ -181,11 +181,13 @@ class Coordinator:
         policy = self._placer()
         with self.deciding_for(task.label or code_hash):
             decision = place(envelope, specs, self._own_view(snap), policy=policy)
-        self._note_shipped(decision)
         shape = decision.chosen.shape
         task_id = str(uuid.uuid4())
-        self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
+        # a denied task (PolicyViolationError) leaves nothing but its audit row: not an
+        # owner, not a job in the placement's own view
         verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
+        self._note_shipped(decision)
+        self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
         handle = TaskHandle(
             id=task_id,
             label=task.label,

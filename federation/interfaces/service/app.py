@@ -183,14 +183,16 @@ def _content_length(scope: Scope) -> int | None:
 
 def _validation_body(exc: RequestValidationError) -> ErrorBody:
     errors = []
+    envelope = False
     for err in exc.errors():
         loc = [str(p) for p in err.get("loc", ())]
+        envelope = envelope or "envelope" in loc[1:]  # a task's (or a group child's)
         errors.append(
             {"loc": ".".join(loc), "msg": str(err.get("msg", "")), "type": err.get("type")}
         )
     where = {e["loc"].split(".", 1)[0] for e in errors}
     first = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:3])
-    code = "bad_envelope" if any(".envelope" in f".{e['loc']}" for e in errors) else "bad_request"
+    code = "bad_envelope" if envelope else "bad_request"
     return ErrorBody(
         error=code,
         message=f"invalid request ({', '.join(sorted(where))}): {first}",
@@ -224,6 +226,23 @@ async def _sse(
         for ev in page.events:
             yield ServerSentEvent(id=str(ev.seq), event=ev.kind, data=ev.model_dump_json())
         cursor = page.cursor
+
+
+def _resume_from(last_id: str, after: int) -> int:
+    """Where a stream starts: after ``Last-Event-ID`` when the client sent one (a cursor
+    this stream gave it), else after ``after``. ASCII digits only: ``"²".isdigit()`` is
+    true, and ``int("²")`` raises."""
+    if not last_id:
+        return after
+    if not (last_id.isascii() and last_id.isdigit()):
+        raise OpsError(
+            422,
+            "bad_cursor",
+            f"Last-Event-ID {last_id[:40]!r} is not an event cursor (a whole number >= 0)",
+            "resume with the id of the last event received, or leave the header out and "
+            "pass `after`",
+        )
+    return int(last_id)
 
 
 def _keep_alive() -> ServerSentEvent:
@@ -388,8 +407,7 @@ def create_app(
         Each message has ``id:`` (the event's seq: its place in your own event log), ``event:``
         (its kind) and ``data:`` (the event as JSON). A client that reconnects with
         ``Last-Event-ID`` (or ``after``) resumes where it stopped; nothing is missed."""
-        last_id = request.headers.get("last-event-id", "")
-        start = int(last_id) if last_id.isdigit() else after
+        start = _resume_from(request.headers.get("last-event-id", "").strip(), after)
         kind_list = parse_kinds(kinds)
         who = caller(request)
         local.check_event_filter(task_id, kind_list, who)  # 404/422 before the stream starts

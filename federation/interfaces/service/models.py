@@ -70,6 +70,13 @@ class TaskRequest(Frozen):
         description="resource bounds the task can run within (see draft_envelope)"
     )
 
+    @field_validator("command")
+    @classmethod
+    def _not_blank(cls, command: str | None) -> str | None:
+        if command is not None and not command.strip():
+            raise ValueError("`command` is blank: give the shell command to run")
+        return command
+
     @model_validator(mode="after")
     def _one_kind(self) -> TaskRequest:
         if (self.command is None) == (self.function is None):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 
 from federation.core.errors import NoFeasibleSiteError
+from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import TaskSpec
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
@@ -20,6 +22,7 @@ from federation.interfaces.service.models import (
 from federation.interfaces.service.ownership import Ownership, not_found
 from federation.interfaces.service.snapshot_cache import SnapshotCache
 from federation.interfaces.service.translate import translate
+from federation.placement.candidates import PlacementDecision
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.groups import GroupHandle
 from federation.security.policy import LOCAL_CALLER
@@ -51,7 +54,7 @@ class GroupOps:
         tasks = [self.task_spec(c) for c in req.children]
         snap = self.cache.get()
         refused: dict[str, dict[str, str]] = {}
-        for name, child in zip(names, req.children, strict=True):
+        for name, task, child in zip(names, tasks, req.children, strict=True):
             unknown = [s for s in child.envelope.sites if s not in self.coord.backends]
             if unknown:
                 raise OpsError(
@@ -62,11 +65,13 @@ class GroupOps:
                     {"child": name, "known": sorted(self.coord.backends)},
                 )
             try:
-                self.coord.plan(child.envelope, snap)
+                decision = self.coord.plan(child.envelope, snap)
             except NoFeasibleSiteError as e:
                 refused[name] = e.reasons
             except Exception as e:
                 raise translate(e) from e
+            else:
+                self._check_policy(caller or LOCAL_CALLER, name, task, child, decision, snap)
         if refused:
             raise OpsError(
                 409,
@@ -106,6 +111,30 @@ class GroupOps:
             ", ".join(c.handle.site for c in g.children),
         )
         return GroupResponse.model_validate(group_view(g).model_dump() | {"cursor": cursor})
+
+    def _check_policy(
+        self,
+        caller: str,
+        name: str,
+        task: TaskSpec,
+        child: TaskRequest,
+        decision: PlacementDecision,
+        snap: FederationSnapshot,
+    ) -> None:
+        """Refuse the whole group (403, audited) when the caller's policy denies a child on
+        the shape it would get: before anything is shipped, not half-way through."""
+        gate = self.coord.gate
+        try:
+            envelope = gate.narrow(caller, child.envelope, task)  # audits a denial itself
+            shape = decision.chosen.shape
+            if envelope != child.envelope:
+                shape = self.coord.plan(envelope, snap).chosen.shape
+            if gate.evaluate(caller, task, shape, snap).verdict == "denied":
+                gate.enforce(caller, task, shape, snap, task_id=str(uuid.uuid4()), label=name)
+        except NoFeasibleSiteError:
+            return  # the group's own placement says so, per child, below
+        except Exception as e:
+            raise translate(e) from e
 
     def group_handle(self, group_id: str, caller: str = "", action: str = "read") -> GroupHandle:
         with self._lock:
