@@ -3,7 +3,9 @@
 One module per command family; :mod:`.snapshot_builder` turns a whole probe result into a
 :class:`federation.core.snapshot.SiteSnapshot`. The probe's own format is parsed strictly
 (:class:`federation.core.errors.ParseError` names the line); third-party formats skip malformed
-lines and report them in ``warnings``.
+lines (each costs its own row only) and report them in ``warnings``, capped per kind
+(:class:`federation.parsing.common.RowWarnings`), or raise a ParseError naming the first line
+when no line fits at all.
 """
 
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_gres_entries, request_gpus

@@ -37,6 +37,91 @@ def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
+ROW_WARNING_CAP = 50
+"""Per-row warnings kept of each kind; the rest are counted in one summary line."""
+ROW_WARNING_KINDS = 10
+"""Distinct kinds kept apart; rows of further kinds are counted under ``other``."""
+
+
+class RowWarnings:
+    """Warnings about single rows, capped: the first :data:`ROW_WARNING_CAP` of each kind
+    are kept, the rest counted ("... and K more rows like this"), so a 50 MB input of bad
+    rows yields a few dozen lines, not hundreds of thousands.
+
+    ``kind`` is a short stable label (a reason with its numbers replaced, or the caller's
+    name for the failure), never a row's values: kinds must stay few.
+    """
+
+    __slots__ = ("cap", "counts", "kept")
+
+    def __init__(self, cap: int = ROW_WARNING_CAP) -> None:
+        self.cap = cap
+        self.kept: list[str] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str, message: str) -> None:
+        counts = self.counts
+        n = counts.get(kind)
+        if n is None and len(counts) >= ROW_WARNING_KINDS:
+            kind, n = "other", counts.get("other")
+        n = 1 if n is None else n + 1
+        counts[kind] = n
+        if n <= self.cap:
+            self.kept.append(message)
+
+    @property
+    def total(self) -> int:
+        """Rows warned about, kept or not."""
+        return sum(self.counts.values())
+
+    def lines(self) -> list[str]:
+        """The kept warnings, then one summary line per kind that went over the cap."""
+        more = [
+            f"... and {n - self.cap} more rows like this ({kind})"
+            for kind, n in self.counts.items()
+            if n > self.cap
+        ]
+        return self.kept + more if more else list(self.kept)
+
+    def into(self, out: list[str] | None) -> None:
+        """Append :meth:`lines` to the caller's ``warnings`` list (if it gave one)."""
+        if out is not None:
+            out.extend(self.lines())
+
+
+_REPLACEMENT = "\ufffd".encode()
+
+
+def as_text(source: object, what: str, warnings: RowWarnings | None = None) -> str:
+    """Command output as ``str``: bytes are decoded as UTF-8.
+
+    Undecodable bytes are replaced (U+FFFD) with a warning naming the first bad line when
+    ``warnings`` is given, and raise :class:`ParseError` naming that line otherwise.
+    Anything but ``str``/``bytes`` raises :class:`ParseError`.
+    """
+    if isinstance(source, str):
+        return source
+    if isinstance(source, bytes | bytearray | memoryview):
+        raw = bytes(source)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            if warnings is None:
+                raise ParseError(
+                    f"{what} line {line}: output is not UTF-8 ({e.reason} at byte {e.start})"
+                ) from None
+            text = raw.decode("utf-8", errors="replace")
+            replaced = text.count("\ufffd") - raw.count(_REPLACEMENT)
+            warnings.add(
+                "not UTF-8",
+                f"{what}: output is not UTF-8 from line {line} on; "
+                f"{replaced} undecodable byte sequence(s) replaced by U+FFFD",
+            )
+            return text
+    raise ParseError(f"{what}: expected text output, got {type(source).__name__}")
+
+
 def split_records(text: str, nfields: int, what: str) -> list[list[str]]:
     """Split the probe's own format: 0x1F between fields, 0x1E + newline after each record.
 

@@ -18,6 +18,7 @@ from typing import Any
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
+    RowWarnings,
     clean,
     json_int,
     json_number,
@@ -79,17 +80,20 @@ _COLS = {
 
 
 def parse_sacct_parsable(
-    text: str,
+    text: str | bytes,
     columns: Sequence[str] | None = None,
     *,
     delimiter: str = "|",
     utc_offset_s: float = 0,
     warnings: list[str] | None = None,
 ) -> list[AcctRecord]:
-    """``sacct -p``/``-P`` text -> records (header line unless ``columns`` is given)."""
-    notes = [] if warnings is None else warnings
+    """``sacct -p``/``-P`` text -> records (header line unless ``columns`` is given).
+
+    A damaged line or row is skipped (that one only); ``warnings`` says which, capped per
+    kind (:class:`RowWarnings`).
+    """
     table = parse_delimited(text, delimiter, columns)
-    notes.extend(table.warnings)
+    notes = RowWarnings()
     idx: dict[str, int] = {}
     for i, col in enumerate(table.columns):
         key = _COLS.get(col.strip().upper())
@@ -98,7 +102,7 @@ def parse_sacct_parsable(
     if "job_id" not in idx or "state" not in idx:
         raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
     out: list[AcctRecord] = []
-    for n, row in enumerate(table.rows, start=1):
+    for n, row in enumerate(table.rows):
         get = {k: row[i] for k, i in idx.items()}
         try:
             raw_state = get["state"].strip()
@@ -123,7 +127,10 @@ def parse_sacct_parsable(
                 )
             )
         except ParseError as e:
-            notes.append(f"sacct row {n} skipped: {e}")
+            notes.add("sacct row", f"sacct line {table.line_of(n)} skipped: {e}")
+    if warnings is not None:
+        warnings.extend(table.warnings)
+        notes.into(warnings)
     return out
 
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord, NodeRecord
-from federation.parsing.common import clean, snippet
+from federation.parsing.common import RowWarnings, as_text, clean, snippet
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts
 from federation.parsing.states import parse_job_state, parse_node_state
@@ -48,14 +48,18 @@ def _tokens(line: str) -> list[tuple[str, str]]:
     return out
 
 
-def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+def parse_scontrol_records(text: str | bytes) -> list[dict[str, str]]:
     """Every record in ``scontrol show ...`` output as ``{key: value}`` (values stripped).
 
-    Raises :class:`ParseError` when the output has non-empty lines but no ``Key=value``.
+    Raises :class:`ParseError` when the output has non-empty lines but no ``Key=value``,
+    or is bytes that are not UTF-8 (naming the line).
     """
-    if not isinstance(text, str):
-        raise ParseError(f"scontrol: expected text output, got {type(text).__name__}")
-    records: list[dict[str, str]] = []
+    return [rec for _, rec in _numbered_records(as_text(text, "scontrol"))]
+
+
+def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
+    """The records with the line each starts on."""
+    records: list[tuple[int, dict[str, str]]] = []
     head: str | None = None
     current: dict[str, str] | None = None
     for n, line in enumerate(text.split("\n"), start=1):
@@ -76,7 +80,7 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
             head = first_key
         if starts and first_key == head:
             current = {}
-            records.append(current)
+            records.append((n, current))
         assert current is not None
         for k, v in toks:
             current.setdefault(k, v)
@@ -264,11 +268,15 @@ def parse_scontrol_jobs(text: str, utc_offset_s: float = 0) -> list[JobRecord]:
 _REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 
 
-def nodes_from_record(rec: dict[str, str], where: str = "") -> list[NodeRecord]:
+def nodes_from_record(
+    rec: dict[str, str], where: str = "", warnings: RowWarnings | None = None
+) -> list[NodeRecord]:
     """One ``scontrol show node`` record -> a :class:`NodeRecord` per partition it is in.
 
     GPUs in use come from ``AllocTRES`` (``gres/gpu:a100=1``), totals from ``Gres``; the
-    ``[user@time]`` stamp is dropped from ``Reason``.
+    ``[user@time]`` stamp is dropped from ``Reason``. A node in no partition (no or an
+    empty ``Partitions=``: a DOWN node, a spare) has no record in a snapshot, whose nodes
+    are per partition: it is skipped with a note in ``warnings``, as the JSON path does.
     """
     name = clean(rec.get("NodeName"))
     if name is None:
@@ -293,6 +301,8 @@ def nodes_from_record(rec: dict[str, str], where: str = "") -> list[NodeRecord]:
     feats = clean(rec.get("AvailableFeatures"))
     features = tuple(f for f in (feats or "").split(",") if f)
     parts = [p for p in (clean(rec.get("Partitions")) or "").split(",") if p]
+    if not parts and warnings is not None:
+        warnings.add("no partition", f"{where}: node {name} is in no partition; skipped")
     out = []
     for part in parts:
         data = {
@@ -318,11 +328,19 @@ def nodes_from_record(rec: dict[str, str], where: str = "") -> list[NodeRecord]:
     return out
 
 
-def parse_scontrol_nodes(text: str) -> list[NodeRecord]:
-    """``scontrol show node [-o]`` -> NodeRecords (one per node and partition)."""
+def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -> list[NodeRecord]:
+    """``scontrol show node [-o]`` -> NodeRecords (one per node and partition).
+
+    ``warnings`` (if given) names the nodes skipped for being in no partition and any
+    undecodable bytes, capped per kind (:class:`RowWarnings`).
+    """
+    notes = RowWarnings()
     out: list[NodeRecord] = []
-    for n, rec in enumerate(parse_scontrol_records(text), start=1):
+    numbered = _numbered_records(as_text(text, "scontrol show node", notes))
+    for n, (line, rec) in enumerate(numbered, start=1):
+        where = f"scontrol show node record {n} (line {line})"
         if "NodeName" not in rec:
-            raise ParseError(f"scontrol show node record {n}: no NodeName= key")
-        out.extend(nodes_from_record(rec, f"scontrol show node record {n}"))
+            raise ParseError(f"{where}: no NodeName= key")
+        out.extend(nodes_from_record(rec, where, notes))
+    notes.into(warnings)
     return out

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from federation.core.errors import ParseError
 from federation.core.snapshot import NodeRecord
 from federation.parsing.common import (
+    RowWarnings,
     clean,
     json_int,
     json_str,
@@ -146,7 +147,7 @@ def _state_of(value: Any, flags: Any = None) -> tuple[str, tuple[str, ...]]:
     return parse_node_state(str(value) if value is not None else None, extra)
 
 
-def _per_node_record(n: Mapping[str, Any], i: int, warnings: list[str]) -> list[NodeRecord]:
+def _per_node_record(n: Mapping[str, Any], i: int, warnings: RowWarnings) -> list[NodeRecord]:
     where = f"sinfo JSON nodes[{i}]"
     name = json_str(n.get("name"))
     if name is None:
@@ -155,7 +156,7 @@ def _per_node_record(n: Mapping[str, Any], i: int, warnings: list[str]) -> list[
     if isinstance(parts, str):
         parts = [p for p in parts.split(",") if p]
     if not parts:
-        warnings.append(f"{where}: node {name} is in no partition; skipped")
+        warnings.add("no partition", f"{where}: node {name} is in no partition; skipped")
         return []
     state, flags = _state_of(n.get("state"), n.get("state_flags"))
     cpus = json_int(n.get("cpus")) or 0
@@ -191,7 +192,7 @@ def _split(total: int, n: int) -> list[int]:
     return [base + (1 if k < extra else 0) for k in range(n)]
 
 
-def _grouped_records(r: Mapping[str, Any], i: int, warnings: list[str]) -> list[NodeRecord]:
+def _grouped_records(r: Mapping[str, Any], i: int, warnings: RowWarnings) -> list[NodeRecord]:
     where = f"sinfo JSON sinfo[{i}]"
     nodes_block = r.get("nodes") or {}
     names = nodes_block.get("nodes") if isinstance(nodes_block, Mapping) else None
@@ -227,9 +228,10 @@ def _grouped_records(r: Mapping[str, Any], i: int, warnings: list[str]) -> list[
     gused = gpus_by_type(json_str(gres.get("used")))
     features = _features(json_str(feats.get("total")))
     if n > 1 and (mem_min != mem_max or mem_alloc or gused):
-        warnings.append(
+        warnings.add(
+            "approximated",
             f"{where}: {n} nodes grouped in partition {part}; per-node memory and GPU use "
-            "approximated (Slurm keeps one node's value; use sinfo -N for exact numbers)"
+            "approximated (Slurm keeps one node's value; use sinfo -N for exact numbers)",
         )
     out = []
     for k, host in enumerate(hosts):
@@ -260,27 +262,28 @@ def parse_sinfo_json(
 ) -> list[NodeRecord]:
     """``sinfo --json`` (any version) or slurmrestd ``/nodes`` -> node records.
 
-    ``warnings`` (if given) collects notes about skipped or approximated records.
+    ``warnings`` (if given) collects notes about skipped or approximated records, capped
+    per kind (:class:`RowWarnings`).
     """
     data = load_json(source, "sinfo JSON")
-    notes: list[str] = [] if warnings is None else warnings
+    notes = RowWarnings()
     errors = data.get("errors")
     if errors:
         raise ParseError(f"sinfo JSON reports errors: {snippet(str(errors), 200)}")
+    out: list[NodeRecord] = []
     if isinstance(data.get("sinfo"), list):
-        out: list[NodeRecord] = []
         for i, rec in enumerate(data["sinfo"]):
             if not isinstance(rec, Mapping):
                 raise ParseError(f"sinfo JSON sinfo[{i}]: expected an object")
             out.extend(_grouped_records(rec, i, notes))
-        return out
-    if isinstance(data.get("nodes"), list):
-        out = []
+    elif isinstance(data.get("nodes"), list):
         for i, node in enumerate(data["nodes"]):
             if not isinstance(node, Mapping):
                 raise ParseError(f"sinfo JSON nodes[{i}]: expected an object")
             out.extend(_per_node_record(node, i, notes))
-        return out
-    raise ParseError(
-        f"sinfo JSON: neither a 'sinfo' nor a 'nodes' list (keys: {sorted(data)[:10]})"
-    )
+    else:
+        raise ParseError(
+            f"sinfo JSON: neither a 'sinfo' nor a 'nodes' list (keys: {sorted(data)[:10]})"
+        )
+    notes.into(warnings)
+    return out

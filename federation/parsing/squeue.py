@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import clean, snippet, split_records
+from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
@@ -393,23 +393,26 @@ def jobs_from_table(
 ) -> list[JobRecord]:
     """Third-party squeue text already split into a :class:`Table` -> JobRecords.
 
-    Rows whose values do not parse are skipped; ``warnings`` collects the table's own
-    skipped lines and these.
+    Rows whose values do not parse are skipped (that row only); ``warnings`` collects the
+    table's own skipped lines and these, capped per kind (:class:`RowWarnings`).
     """
     builder = _Builder(table.columns, utc_offset_s)
-    notes = [] if warnings is None else warnings
-    notes.extend(table.warnings)
+    notes = RowWarnings()
     out: list[JobRecord] = []
-    for n, row in enumerate(table.rows, start=1):
+    build, line_of = builder._build, table.line_of
+    for n, row in enumerate(table.rows):
         try:
-            out.append(builder.build(row, f"row {n}"))
+            out.append(build(row))
         except ParseError as e:
-            notes.append(f"skipped: {e}")
+            notes.add("squeue row", f"squeue line {line_of(n)} skipped: {e}")
+    if warnings is not None:
+        warnings.extend(table.warnings)
+        notes.into(warnings)
     return out
 
 
 def parse_squeue_jsonlike(
-    text: str,
+    text: str | bytes,
     keys: Mapping[str, str],
     utc_offset_s: float = 0,
     warnings: list[str] | None = None,
@@ -420,10 +423,10 @@ def parse_squeue_jsonlike(
     "r": "NODELIST(REASON)"}``). ``#`` comment lines are ignored; lines that are not valid
     JSON (e.g. an unquoted ``%C`` that printed ``xx``) are skipped and counted.
     """
-    notes = [] if warnings is None else warnings
     columns = list(keys.values())
     table = Table(columns=columns)
-    for n, line in enumerate(text.split("\n"), start=1):
+    lines = as_text(text, "squeue JSON-like lines", table.notes).split("\n")
+    for n, line in enumerate(lines, start=1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
@@ -436,4 +439,5 @@ def parse_squeue_jsonlike(
             table.skip(n, "not a JSON object", s)
             continue
         table.rows.append(["" if obj.get(k) is None else str(obj.get(k)) for k in keys])
-    return jobs_from_table(table, utc_offset_s, notes)
+        table.line_numbers.append(n)
+    return jobs_from_table(table, utc_offset_s, warnings)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from federation.core.errors import ParseError
-from federation.parsing.common import clean, snippet, split_records
+from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
 from federation.parsing.states import JOB_STATE_TABLE
 from federation.parsing.times import parse_timestamp, zone_suffix
 
@@ -80,19 +80,23 @@ def parse_squeue_start(
 
 
 def parse_squeue_start_default(
-    text: str, utc_offset_s: float = 0, warnings: list[str] | None = None
+    text: str | bytes, utc_offset_s: float = 0, warnings: list[str] | None = None
 ) -> dict[str, StartEstimate]:
     """Default ``squeue --start`` text (whitespace columns with a header) -> estimates.
 
     Lines that do not have a job state in the ST column and a timestamp (or N/A) in
-    START_TIME are skipped, with a note in ``warnings``.
+    START_TIME are skipped, with a note in ``warnings`` (capped per kind).
     """
-    notes = [] if warnings is None else warnings
+    notes = RowWarnings()
     out: dict[str, StartEstimate] = {}
-    lines = [ln for ln in text.split("\n") if ln.strip()]
-    if lines and lines[0].split()[:1] == ["JOBID"]:
-        lines = lines[1:]
-    for n, line in enumerate(lines, start=2):
+    numbered = [
+        (n, ln)
+        for n, ln in enumerate(as_text(text, "squeue --start", notes).split("\n"), start=1)
+        if ln.strip()
+    ]
+    if numbered and numbered[0][1].split()[:1] == ["JOBID"]:
+        numbered = numbered[1:]
+    for n, line in numbered:
         parts = line.split(None, 8)
         # JOBID PARTITION NAME USER ST START_TIME NODES SCHEDNODES NODELIST(REASON)
         # NAME may hold spaces: locate ST and START_TIME from the right of NAME.
@@ -105,12 +109,15 @@ def parse_squeue_start_default(
             None,
         )
         if len(parts) < 6 or st_at is None:
-            notes.append(f"squeue --start line {n}: not in the default format: {snippet(line)}")
+            notes.add(
+                "not the default format",
+                f"squeue --start line {n}: not in the default format: {snippet(line)}",
+            )
             continue
         try:
             start = parse_timestamp(parts[st_at + 1], utc_offset_s)
         except ParseError as e:
-            notes.append(f"squeue --start line {n}: {e}")
+            notes.add("bad start time", f"squeue --start line {n}: {e}")
             continue
         tail = line.split(None, st_at + 4)
         out[parts[0]] = StartEstimate(
@@ -120,4 +127,5 @@ def parse_squeue_start_default(
             sched_nodes=clean(tail[st_at + 3]) if len(tail) > st_at + 3 else None,
             reason=clean(tail[st_at + 4].strip().strip("()")) if len(tail) > st_at + 4 else None,
         )
+    notes.into(warnings)
     return out
