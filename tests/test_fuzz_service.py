@@ -143,6 +143,8 @@ ROUTE_FUZZ: dict[tuple[str, str], Fuzz] = {
         path={"task_id": policy_ids},
         who=deciders,
     ),
+    # service tokens here: nothing to log out of (409); Globus callers: test_globus_identity
+    ("POST", "/v1/logout"): Fuzz(query={"force": _text(["false", "true"], nasty_text)}),
 }
 
 

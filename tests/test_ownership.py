@@ -67,6 +67,7 @@ NOT_FOUND = {"unknown_task", "unknown_group", "unknown_transfer"}
 #   lists / events: only the caller's own (test_task_list_*, test_event_*)
 #   shared: the sites and the catalog, the same for everyone (test_shared_routes_*)
 #   operator: operators only, 403 for others (test_operator_routes_refuse_callers)
+#   self: the caller's own login only: no id, nobody else's tokens (test_globus_identity.py)
 #   public: no token, no caller data (/v1/health, the API's own docs)
 ROUTE_CHECKS: dict[tuple[str, str], str] = {
     ("GET", "/v1/health"): "public",
@@ -90,6 +91,7 @@ ROUTE_CHECKS: dict[tuple[str, str], str] = {
     ("GET", "/v1/policy/pending"): "operator",
     ("POST", "/v1/policy/{task_id}/approve"): "operator",
     ("POST", "/v1/policy/{task_id}/reject"): "operator",
+    ("POST", "/v1/logout"): "self",
 }
 RECORD_ROUTES = [k for k, v in ROUTE_CHECKS.items() if v == "record"]
 

@@ -6,6 +6,9 @@ this file, not code::
     auth:
       mode: client_credentials          # or: user (interactive `federation login`)
       client_id: 00000000-0000-0000-0000-000000000000
+    service:                            # optional: how `federation serve`'s callers log in
+      auth: globus                      # or: tokens (the default)
+      client_id: 33333333-3333-3333-3333-333333333333
     sites:
       delta:
         backend: globus
@@ -42,6 +45,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from federation.core.errors import ConfigError
 from federation.core.model import Frozen
 from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+from federation.security.globus_callers import GlobusCallers, ServiceAuth
 from federation.sites.cloud import CloudSite, PythonMismatch
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
 from federation.sites.globus_auth import AuthSettings, auth_errors, build_app
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
     from federation.runtime.coordinator import Coordinator
     from federation.sites.backend import SiteBackend
     from federation.standin.compute_service import LocalComputeService
-    from federation.transfer import TransferBackend
+    from federation.transfer import GlobusCollection, TransferBackend
 
 CONFIG_ENV = "FEDERATION_CONFIG"
 CONFIG_NAME = "federation.yaml"
@@ -115,6 +119,9 @@ class FederationConfig(Frozen):
     """The whole ``federation.yaml``."""
 
     auth: AuthSettings = AuthSettings()
+    service: ServiceAuth = ServiceAuth()
+    """How callers of ``federation serve`` authenticate: its own tokens, or each with their
+    own Globus identity (:mod:`federation.security.globus_callers`)."""
     home: Path | None = None
     """Runtime root (coordinator.db, telemetry, local clusters); default $FEDERATION_HOME."""
     sites: dict[str, SiteConfig] = Field(min_length=1)
@@ -179,6 +186,18 @@ class FederationConfig(Frozen):
 
     def by_backend(self, backend: str) -> list[str]:
         return [name for name, s in self.sites.items() if s.backend == backend]
+
+    def collections(self) -> dict[str, GlobusCollection]:
+        """The Globus collection of every site that names one."""
+        from federation.transfer import GlobusCollection
+
+        return {
+            n: GlobusCollection(
+                collection_id=s.transfer_collection_id, path_prefix=s.collection_path_prefix
+            )
+            for n, s in self.sites.items()
+            if s.transfer_collection_id is not None and s.collection_path_prefix
+        }
 
 
 def find_config(path: Path | str | None = None) -> Path:
@@ -321,18 +340,12 @@ class Deployment:
         collection (one backend, so any two of them can exchange data), local copies for
         the embedded sites that name none. A cloud site with no collection has none:
         ``move_data`` to or from it is refused, naming the sites that can."""
-        from federation.transfer import GlobusCollection, GlobusTransferBackend, LocalCopyBackend
+        from federation.transfer import GlobusTransferBackend, LocalCopyBackend
 
         out: dict[str, TransferBackend] = {}
         named = {n: s for n, s in self.config.sites.items() if s.transfer_collection_id}
         if named:
-            collections = {
-                n: GlobusCollection(
-                    collection_id=s.transfer_collection_id, path_prefix=s.collection_path_prefix
-                )
-                for n, s in named.items()
-                if s.transfer_collection_id is not None and s.collection_path_prefix
-            }
+            collections = self.config.collections()
             globus = GlobusTransferBackend(
                 self._transfer_client_factory(self.config.auth), collections
             )
@@ -344,9 +357,18 @@ class Deployment:
         return out
 
     def connect(
-        self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
+        self,
+        *,
+        telemetry: bool = True,
+        durable: bool = False,
+        callers: GlobusCallers | None = None,
+        **coordinator_kwargs: Any,
     ) -> Coordinator:
-        """A coordinator over every configured site (``durable``: SQLite + re-attach)."""
+        """A coordinator over every configured site (``durable``: SQLite + re-attach).
+
+        ``callers``: the service's Globus callers (``service.auth: globus``): each caller's
+        tasks, copies and transfers then go out with their own tokens
+        (:class:`~federation.deploy.callers.CallerSiteSets`); probes stay the service's."""
         from federation.runtime.coordinator import Coordinator
         from federation.runtime.store import Store
         from federation.runtime.telemetry import Telemetry
@@ -354,11 +376,21 @@ class Deployment:
         store = Store(self.home / "coordinator.db") if durable else None
         task_group = store.task_group_id() if store else uuid.uuid4()
         backends = self.backends(task_group)
+        sets = None
+        if callers is not None:
+            from federation.deploy.callers import CallerSiteSets
+
+            sets = CallerSiteSets(
+                self.config, callers, task_group, executor_factory=self._executor_factory
+            )
+            coordinator_kwargs["caller_sites"] = sets
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
         coordinator_kwargs.setdefault("policy", self.config.placement)
         coordinator_kwargs.setdefault("transfer_backends", self.transfer_backends())
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
+        if sets is not None:  # before recovery: re-attached tasks report their starts
+            sets.on_started = coord.notify_started
         if self.local is not None:
             self.local.listen_for_starts(backends, coord)
         for b in backends:  # the real cloud sites: starts read from squeue of tagged jobs

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -26,6 +27,9 @@ from federation.interfaces.mcp_server import (
 )
 from federation.interfaces.service.ops import Operations
 from federation.interfaces.snapshot_cache import SnapshotKeeper
+
+if TYPE_CHECKING:
+    from federation.security.globus_callers import GlobusCallers
 
 logger = logging.getLogger(__name__)
 
@@ -74,17 +78,20 @@ def embedded_ops(
     bring_up: bool = True,
     tokens_db: Path | None = None,
     config: Path | None = None,
+    callers: GlobusCallers | None = None,
 ) -> Operations:
     """A coordinator in this process, as :class:`LocalOps`: over the sites of ``config``
     (or ``$FEDERATION_CONFIG``), else the embedded local federation; callers' policies from
-    ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``."""
+    ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``;
+    ``callers``: Globus callers, whose work goes out under their own identities."""
     from federation.deploy.connect import connect
     from federation.deploy.local import federation_home
     from federation.interfaces.service.ops import LocalOps
     from federation.security.policy import PolicyGate
 
     gate = PolicyGate.from_home(home or federation_home(), tokens_db=tokens_db)
-    conn = connect(config, home=home, sites=sites, bring_up=bring_up, gate=gate)
+    more: dict[str, Any] = {} if callers is None else {"callers": callers}
+    conn = connect(config, home=home, sites=sites, bring_up=bring_up, gate=gate, **more)
     return LocalOps(conn.coord, on_close=conn.close)
 
 
@@ -110,6 +117,7 @@ def run(
     from federation.security.tokens import default_token_db, install_redaction
 
     install_redaction()
+    callers: GlobusCallers | None = None
     if service:
         if not token:
             raise SystemExit("--service needs --token (or $FEDERATION_TOKEN)")
@@ -120,10 +128,11 @@ def run(
         def factory() -> Operations:
             return ServiceClient(url, tok)
     else:
+        callers = _globus_callers(config, home) if transport == "http" else None
 
         def factory() -> Operations:
             db = tokens_db if transport == "http" else None
-            return embedded_ops(home, sites, bring_up, db, config)
+            return embedded_ops(home, sites, bring_up, db, config, callers)
 
     backend = Backend(factory)
     keeper = SnapshotKeeper(ops_probe(backend.get), max_age_s=SNAPSHOT_MAX_AGE_S)
@@ -132,19 +141,37 @@ def run(
         if transport == "stdio":
             server.run("stdio")
         else:
-            _serve_http(server, host, port, tokens_db or default_token_db(home))
+            _serve_http(server, host, port, tokens_db or default_token_db(home), callers)
     finally:
         keeper.close()
         backend.close()
 
 
-def _serve_http(server: MCPServer, host: str, port: int, tokens_db: Path) -> None:
+def _globus_callers(config: Path | None, home: Path | None) -> GlobusCallers | None:
+    """The Globus callers of a config whose ``service.auth`` is ``globus`` (else None)."""
+    from federation.deploy.config import load_config
+    from federation.deploy.connect import configured
+    from federation.deploy.local import federation_home
+    from federation.security.globus_callers import GlobusCallers
+
+    path = configured(config)
+    if path is None:
+        return None
+    cfg = load_config(path)
+    if cfg.service.auth != "globus":
+        return None
+    return GlobusCallers(cfg.service, home or cfg.home or federation_home())
+
+
+def _serve_http(
+    server: MCPServer, host: str, port: int, tokens_db: Path, callers: GlobusCallers | None
+) -> None:
     import uvicorn
 
     from federation.interfaces.service.app import Guard
     from federation.interfaces.service.server import log_config
     from federation.security.tokens import TokenStore
 
-    tokens = TokenStore(tokens_db)
-    app = Guard(server.streamable_http_app(host=host), tokens, max_body_bytes=1_000_000)
+    who = callers or TokenStore(tokens_db)
+    app = Guard(server.streamable_http_app(host=host), who, max_body_bytes=1_000_000)
     uvicorn.run(app, host=host, port=port, log_config=log_config("warning"))

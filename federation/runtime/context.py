@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
     from federation.placement.candidates import PlacementDecision
     from federation.placement.policies import Policy
+    from federation.runtime.callers import CallerSites
     from federation.runtime.events import EventBus
     from federation.runtime.groups import GroupManager
     from federation.runtime.milestones import MilestoneWatcher
@@ -25,6 +26,7 @@ class Runtime(Protocol):
     """The coordinator as its parts see it."""
 
     backends: dict[str, SiteBackend]
+    caller_sites: CallerSites | None
     store: Store | None
     events: EventBus
     gate: PolicyGate
@@ -37,6 +39,8 @@ class Runtime(Protocol):
     _last_snapshot: FederationSnapshot | None
 
     def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot: ...
+
+    def site_for(self, caller: str, site: str) -> SiteBackend: ...
 
     def plan(
         self, envelope: ResourceEnvelope, snapshot: FederationSnapshot | None = None

@@ -50,6 +50,7 @@ from federation.sites.backend import SiteBackend
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from federation.runtime.callers import CallerSites
     from federation.runtime.groups import GroupHandle, GroupManager
     from federation.runtime.transfers import TransferHandle, TransferManager
     from federation.transfer import SyncLevel, TransferBackend
@@ -63,6 +64,8 @@ class Coordinator:
         probe_timeout_s: a site whose probe takes longer is marked unreachable.
         probe_interval_s: a snapshot younger than this is reused by ``submit_task``.
         telemetry: where snapshots are kept over time (optional).
+        caller_sites: each caller's own backends, where work must act under the caller's
+            identity (:mod:`federation.runtime.callers`); default: the shared ones for all.
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class Coordinator:
         inline_limit_bytes: int = DEFAULT_INLINE_LIMIT_BYTES,
         gate: PolicyGate | None = None,
         transfer_backends: TransferBackend | Mapping[str, TransferBackend] | None = None,
+        caller_sites: CallerSites | None = None,
     ) -> None:
         self.backends: dict[str, SiteBackend] = {b.name: b for b in backends}
+        self.caller_sites = caller_sites
         self.transfer_backends = transfer_backends
         """What ``move_data`` uses (default: local copies between site storage folders)."""
         self._transfers: TransferManager | None = None
@@ -131,6 +136,16 @@ class Coordinator:
         self.charge_late_copies = False
         """A watching policy's waits are charged :attr:`late_board` when set; ``auto``
         always is (the replay, where copies take room in the queues, measures it; README)."""
+
+    def site_for(self, caller: str, site: str) -> SiteBackend:
+        """The backend acting for ``caller`` at ``site``: the caller's own when they have an
+        identity of their own (:attr:`caller_sites`), else the shared one (KeyError for a
+        site not configured)."""
+        if self.caller_sites is not None:
+            own = self.caller_sites.sites_for(caller)
+            if own is not None and site in own:
+                return own[site]
+        return self.backends[site]
 
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
@@ -267,7 +282,7 @@ class Coordinator:
         if h.done or h.compute_task_id is None:
             return False
         h.cancel_reason = reason  # the site's own 'cancelled' result may arrive first
-        ok = self.backends[h.site].cancel(h.compute_task_id)
+        ok = self.site_for(h.caller, h.site).cancel(h.compute_task_id)
         if ok:
             self._lifecycle.fail(h, reason, "")
         else:
@@ -383,7 +398,10 @@ class Coordinator:
 
                     home = self.store.path.parent if self.store is not None else None
                     backends = LocalCopyBackend(list(self.backends) or site_names(), home)
-                self._transfers = TransferManager(backends, self.store, self.events)
+                per_owner = self.caller_sites.transfers_for if self.caller_sites else None
+                self._transfers = TransferManager(
+                    backends, self.store, self.events, per_owner=per_owner
+                )
             return self._transfers
 
     def move_data(
@@ -445,6 +463,8 @@ class Coordinator:
         self.hooks.close()
         for b in self.backends.values():
             b.close()
+        if self.caller_sites is not None:
+            self.caller_sites.close()
         if self._transfers is not None:
             self._transfers.close()
         owned, self._owned = self._owned, []

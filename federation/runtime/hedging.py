@@ -146,7 +146,7 @@ class Hedging:
         try:
             fut = self.shipping.send(
                 handle,
-                lambda: self.rt.backends[c.site].submit(
+                lambda: self.rt.site_for(handle.caller, c.site).submit(
                     self.shipping.shipped(handle, task, c), c.candidate.shape
                 ),
                 copy=c,
@@ -433,7 +433,7 @@ class Hedging:
         crash_point("hedge.cancel")
         if cid is not None:
             try:
-                ok = self.rt.backends[c.site].cancel(cid)
+                ok = self.rt.site_for(handle.caller, c.site).cancel(cid)
             except Exception as e:
                 logger.warning(
                     "cancelling copy %s of %s on %s failed: %s", cid, handle.id, c.site, e
@@ -469,7 +469,7 @@ class Hedging:
             if cid is None:
                 return False
             h.cancel_reason = reason
-            ok = self.rt.backends[w.site].cancel(cid)
+            ok = self.rt.site_for(h.caller, w.site).cancel(cid)
             if ok:
                 self.life.fail(h, reason, "")
             else:
@@ -481,7 +481,7 @@ class Hedging:
             ok = False
             if cid is not None:
                 try:
-                    ok = self.rt.backends[c.site].cancel(cid)
+                    ok = self.rt.site_for(h.caller, c.site).cancel(cid)
                 except Exception as e:
                     logger.warning("cancelling copy %s on %s failed: %s", cid, c.site, e)
             results.append((c, ok))

@@ -66,7 +66,7 @@ class Recovery:
             if held.state != "approved":
                 self.holds.held_handle(held)
         reopened: list[TaskHandle] = []
-        by_site: dict[str, list[TaskHandle]] = {}
+        by_site: dict[tuple[str, str], list[TaskHandle]] = {}  # (site, owner)
         copy_rows: dict[str, list[dict[str, Any]]] = {}
         for r in store.task_copies():
             copy_rows.setdefault(r["task_id"], []).append(r)
@@ -114,18 +114,17 @@ class Recovery:
                 self.life.fail(h, self._unsent_reason(verdict), "")
                 continue
             h._recovered_compute_id = row["compute_task_id"]
-            by_site.setdefault(h.site, []).append(h)
+            by_site.setdefault((h.site, self._owner(h.caller, h.site)), []).append(h)
             reopened.append(h)
         on_done = self.hedging.shipping.on_done
-        for site, handles in by_site.items():
-            backend = self.rt.backends.get(site)
+        for (site, owner), handles in by_site.items():
             ids = [h._recovered_compute_id for h in handles if h._recovered_compute_id]
-            futs = backend.reattach(ids) if backend else {}
+            futs, why = self._reattach(site, owner, ids)
             for h in handles:
                 fut = futs.get(h._recovered_compute_id or "")
                 if fut is None:
                     self.life.fail(
-                        h, f"site {site} no longer knows task {h._recovered_compute_id}", ""
+                        h, why or f"site {site} no longer knows task {h._recovered_compute_id}", ""
                     )
                     continue
                 h.future = fut
@@ -140,7 +139,7 @@ class Recovery:
     def recover_copies(self, racing: list[TaskHandle]) -> None:
         """Re-attach the copies of hedged tasks; cancel the losers a won race left queued."""
         now = datetime.now(UTC)
-        by_site: dict[str, list[tuple[TaskHandle, TaskCopy]]] = {}
+        by_site: dict[tuple[str, str], list[tuple[TaskHandle, TaskCopy]]] = {}
         won = [
             h
             for h in self.reg.all()
@@ -161,16 +160,15 @@ class Recovery:
                     c.error = self._unsent_reason(verdict, "copy")
                     persist_copy(h, c)
                     continue
-                by_site.setdefault(c.site, []).append((h, c))
-        for site, pairs in by_site.items():
-            backend = self.rt.backends.get(site)
+                by_site.setdefault((c.site, self._owner(h.caller, c.site)), []).append((h, c))
+        for (site, owner), pairs in by_site.items():
             ids = [str(c.compute_task_id) for _, c in pairs]
-            futs = backend.reattach(ids) if backend else {}
+            futs, why = self._reattach(site, owner, ids)
             for h, c in pairs:
                 fut = futs.get(str(c.compute_task_id))
                 if fut is None and h.winner is None:
                     c.state, c.ended_at = "failed", now
-                    c.error = f"site {site} no longer knows copy {c.compute_task_id}"
+                    c.error = why or f"site {site} no longer knows copy {c.compute_task_id}"
                     persist_copy(h, c)
                 c.future = fut
         for h in won:
@@ -232,7 +230,9 @@ class Recovery:
         None when a group cannot be listed."""
         ids: list[str] = []
         asked: set[str] = set()
-        for name, backend in self.rt.backends.items():
+        owners = self.rt.caller_sites.every_caller() if self.rt.caller_sites else []
+        every = [*self.rt.backends.items(), *(kv for own in owners for kv in own.items())]
+        for name, backend in every:
             lister = getattr(backend, "task_group_ids", None)
             group = str(getattr(backend, "task_group_id", name))
             if lister is None or group in asked:
@@ -244,6 +244,25 @@ class Recovery:
                 logger.warning("listing task group %s through %s failed: %s", group, name, e)
                 return None
         return ids
+
+    def _owner(self, caller: str, site: str) -> str:
+        """``caller`` when they reach ``site`` through a backend of their own (see
+        :mod:`federation.runtime.callers`), else "" (the shared backend)."""
+        per_caller = self.rt.caller_sites
+        own = per_caller.sites_for(caller) if per_caller is not None else None
+        return caller if own is not None and site in own else ""
+
+    def _reattach(self, site: str, owner: str, ids: list[str]) -> tuple[dict[str, Any], str]:
+        """Futures for ``ids`` from ``owner``'s backend at ``site`` (``""``: the shared
+        one), and why there are none when it cannot be asked (the owner's tokens are gone)."""
+        if site not in self.rt.backends:
+            return {}, ""
+        backend = self.rt.site_for(owner, site) if owner else self.rt.backends[site]
+        try:
+            return dict(backend.reattach(ids)), ""
+        except FederationError as e:
+            logger.warning("re-attaching %d task(s) of %s at %s: %s", len(ids), owner, site, e)
+            return {}, f"could not be followed after the restart ({e}); it may still run on {site}"
 
     def _unsent_reason(self, verdict: str | None, what: str = "task") -> str:
         if verdict == "unknown":
@@ -261,7 +280,8 @@ class Recovery:
         """Ship a recovered task that never reached its site, as it was placed."""
         shipping = self.hedging.shipping
         shape = h.decision.chosen.shape
-        backend = self.rt.backends.get(shape.site)
+        known = shape.site in self.rt.backends
+        backend = self.rt.site_for(h.caller, shape.site) if known else None
         if backend is None:
             self.life.fail(h, f"site {shape.site} is no longer configured; submit it again", "")
             return

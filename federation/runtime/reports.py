@@ -169,7 +169,7 @@ class Reports:
             return
         acct = fetch_accounting(
             h.site,
-            self.rt.backends.get(h.site),
+            self.rt.site_for(h.caller, h.site) if h.site in self.rt.backends else None,
             ids,
             ACCOUNTING_TIMEOUT_S,
             started=h.started_at is not None or h.state == "completed",

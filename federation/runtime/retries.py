@@ -97,7 +97,7 @@ class Retries:
         found: Callable[[Future[Any]], None],
     ) -> None:
         try:
-            fut = self.rt.backends[site].reattach([cid]).get(cid)
+            fut = self.rt.site_for(handle.caller, site).reattach([cid]).get(cid)
             why = "the site no longer knows it"
         except Exception as e:  # the service is unreachable just now: try again later
             fut, why = None, f"{type(e).__name__}: {e}"
@@ -178,7 +178,8 @@ class Retries:
         if failure.cls not in ("endpoint_lost", "walltime") and settle_s <= 0:
             return failure, None
         job = handle.slurm_job_ids[-1]
-        backend = self.rt.backends.get(handle.site)
+        known = handle.site in self.rt.backends
+        backend = self.rt.site_for(handle.caller, handle.site) if known else None
         deadline = time.monotonic() + settle_s
         while True:
             acct = fetch_accounting(handle.site, backend, [job], started=True)
@@ -287,7 +288,7 @@ class Retries:
         try:
             fut = self.shipping.send(
                 handle,
-                lambda: self.rt.backends[shape.site].submit(
+                lambda: self.rt.site_for(handle.caller, shape.site).submit(
                     self.shipping.shipped(handle, task), shape
                 ),
             )

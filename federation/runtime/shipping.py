@@ -95,7 +95,9 @@ class Shipping:
         try:
             fut = self.send(
                 handle,
-                lambda: self.rt.backends[shape.site].submit(self.shipped(handle, task), shape),
+                lambda: self.rt.site_for(handle.caller, shape.site).submit(
+                    self.shipped(handle, task), shape
+                ),
             )
         except Exception as e:
             self.life.fail(handle, f"submission to {shape.site} failed: {e}", "")

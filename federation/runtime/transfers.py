@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -103,6 +103,8 @@ class TransferManager:
         store: where transfers are recorded before ``submit`` returns (optional).
         bus: the coordinator's event bus.
         default: the backend for sites missing from a per-site mapping.
+        per_owner: an owner's own backends by site (None: the shared ones serve them), for
+            callers whose data moves under their own identity (:mod:`federation.runtime.callers`).
     """
 
     def __init__(
@@ -112,7 +114,9 @@ class TransferManager:
         bus: EventBus,
         *,
         default: TransferBackend | None = None,
+        per_owner: Callable[[str], Mapping[str, TransferBackend] | None] | None = None,
     ) -> None:
+        self.per_owner = per_owner
         if isinstance(backends, Mapping):
             self.by_site: dict[str, TransferBackend] = dict(backends)
             self.default = default
@@ -131,12 +135,15 @@ class TransferManager:
             found.setdefault(self.default.name, self.default)
         return found
 
-    def backend_for(self, source_site: str, dest_site: str) -> TransferBackend:
-        """The backend serving both sites; :class:`UnknownSiteError` or
+    def backend_for(
+        self, source_site: str, dest_site: str, owner: str = DEFAULT_OWNER
+    ) -> TransferBackend:
+        """The backend serving both sites (for ``owner``); :class:`UnknownSiteError` or
         :class:`TransferError` when there is none."""
+        own = (self.per_owner(owner) if self.per_owner else None) or {}
         chosen: list[TransferBackend] = []
         for site in (source_site, dest_site):
-            b = self.by_site.get(site, self.default)
+            b = own.get(site) or self.by_site.get(site, self.default)
             if b is None or not b.serves(site):
                 known = sorted(set(self.by_site) | set(getattr(self.default, "sites", None) or []))
                 raise UnknownSiteError(site, known)
@@ -162,7 +169,7 @@ class TransferManager:
         before anything is recorded. A backend that cannot start the transfer (Globus
         refused it) raises after recording it as failed, with a ``transfer.failed`` event.
         """
-        backend = self.backend_for(request.source.site, request.destination.site)
+        backend = self.backend_for(request.source.site, request.destination.site, owner)
         backend.validate(request)
         h = TransferHandle(
             id=str(uuid.uuid4()), request=request, backend=backend.name, bus=self.bus, owner=owner
@@ -211,7 +218,8 @@ class TransferManager:
             h = _handle_from_row(row, self.bus)
             with self._lock:
                 self._handles[h.id] = h
-            backend = backends.get(h.backend)
+            own = (self.per_owner(h.owner) if self.per_owner else None) or {}
+            backend = {b.name: b for b in own.values()}.get(h.backend) or backends.get(h.backend)
             if backend is None:
                 self._report(
                     h,

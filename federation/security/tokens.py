@@ -238,7 +238,13 @@ class TokenStore:
             pass
 
 
-SECRET_ENV_VARS = ("GLOBUS_COMPUTE_CLIENT_SECRET", "FUNCX_SDK_CLIENT_SECRET", "FEDERATION_TOKEN")
+SECRET_ENV_VARS = (
+    "GLOBUS_COMPUTE_CLIENT_SECRET",
+    "FUNCX_SDK_CLIENT_SECRET",
+    "FEDERATION_TOKEN",
+    "FEDERATION_SERVICE_CLIENT_SECRET",
+    "FEDERATION_TOKEN_KEY",
+)
 """Environment variables whose values are credentials: redacted wherever they appear."""
 _CLIENT_SECRET_RE = re.compile(r"(?i)(client_secret[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;]+")
 

@@ -15,6 +15,7 @@ a missing, expired or revoked token raises :class:`~federation.core.errors.Login
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -290,3 +291,57 @@ def token_status(settings: AuthSettings) -> dict[str, Any]:
         rs: {"expires_at_s": d.expires_at_seconds, "refreshable": bool(d.refresh_token)}
         for rs, d in data.items()
     }
+
+
+# --- a caller of a `service.auth: globus` service: a token for the service's scope ------------
+SERVICE_APP_NAME = "federation-service"
+_SCOPE_RS = re.compile(r"^https://auth\.globus\.org/scopes/([0-9a-fA-F-]{36})/")
+
+
+def scope_resource_server(scope: str) -> str:
+    """The resource server of a service scope (the client that owns it)."""
+    m = _SCOPE_RS.match(scope)
+    if m is None:
+        raise AuthError(
+            f"{scope!r} is not a service scope (https://auth.globus.org/scopes/<client id>/"
+            "<name>): ask the service's operator for it"
+        )
+    return m.group(1)
+
+
+def service_app(
+    scope: str,
+    *,
+    client_id: uuid.UUID | None = None,
+    token_storage: Path | None = None,
+    interactive: bool = True,
+) -> globus_sdk.UserApp:
+    """The native-app login of a person calling a ``service.auth: globus`` service: tokens
+    for the service's ``scope`` (consented once, refreshed after), kept where globus-sdk
+    keeps them (or ``token_storage``)."""
+    settings = AuthSettings(
+        mode="user", client_id=client_id, token_storage=token_storage, app_name=SERVICE_APP_NAME
+    )
+    config = globus_sdk.GlobusAppConfig(
+        token_storage=_token_storage(settings),
+        request_refresh_tokens=True,
+        token_validation_error_handler=resolve_by_login_flow if interactive else None,
+    )
+    return globus_sdk.UserApp(
+        SERVICE_APP_NAME,
+        client_id=settings.effective_client_id,
+        scope_requirements={scope_resource_server(scope): [scope]},
+        config=config,
+    )
+
+
+def service_token(app: globus_sdk.UserApp, scope: str, *, force: bool = False) -> str:
+    """A current access token for ``scope`` (logging in on this terminal when needed)."""
+    settings = AuthSettings(mode="user")
+    with auth_errors(settings, what="Globus Auth"):
+        if force:
+            app.login(force=True)
+        header = app.get_authorizer(scope_resource_server(scope)).get_authorization_header()
+    if not header or not header.startswith("Bearer "):
+        raise LoginRequiredError(f"no token for {scope}: run `federation token globus --force`")
+    return header[len("Bearer ") :]

@@ -1,4 +1,6 @@
-"""CLI pieces for the service: ``serve``, ``token issue|revoke|list``.
+"""CLI pieces for the service: ``serve``, ``token issue|revoke|list``, and for a caller of
+a ``service.auth: globus`` service, ``token globus`` (a Globus token for its scope) and
+``token logout``.
 
 Mounted into the main CLI with :func:`register` (or piece by piece: ``serve_command`` as a
 command, ``token_app`` as the ``token`` group). ``federation mcp`` is
@@ -144,6 +146,107 @@ def token_list(
             "[green]active[/green]" if i.active else "[red]revoked[/red]",
         )
     Console().print(table)
+
+
+ScopeOpt = Annotated[
+    str,
+    typer.Option(
+        envvar="FEDERATION_SERVICE_SCOPE",
+        help="the service's Globus scope (its operator says which; $FEDERATION_SERVICE_SCOPE)",
+        show_default=False,
+    ),
+]
+NativeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--client-id",
+        help="the native-app client to log in with (default: the Globus Compute SDK's)",
+        show_default=False,
+    ),
+]
+StorageOpt = Annotated[
+    Path | None,
+    typer.Option(help="token file (.json or .db); default: where globus-sdk keeps them"),
+]
+
+
+@token_app.command("globus")
+def token_globus(
+    scope: ScopeOpt,
+    client_id: NativeOpt = None,
+    token_storage: StorageOpt = None,
+    force: Annotated[bool, typer.Option(help="log in again even if tokens are stored")] = False,
+) -> None:
+    """Print a Globus access token for a `service.auth: globus` service's scope.
+
+    Logs you in on this terminal the first time (a URL to open, a code to paste back);
+    later runs refresh the stored token. Use it as the bearer token:
+    `export FEDERATION_TOKEN=$(federation token globus --scope SCOPE)`.
+    """
+    import uuid
+
+    from federation.core.errors import FederationError
+    from federation.sites.globus_auth import service_app, service_token
+
+    try:
+        cid = uuid.UUID(client_id) if client_id else None
+        app = service_app(scope, client_id=cid, token_storage=token_storage)
+        token = service_token(app, scope, force=force)
+    except (FederationError, ValueError) as e:
+        Console(stderr=True).print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+    sys.stdout.write(token + "\n")
+
+
+@token_app.command("logout")
+def token_logout(
+    service: Annotated[
+        str, typer.Option(envvar="FEDERATION_SERVICE", help="the service ($FEDERATION_SERVICE)")
+    ],
+    token: Annotated[
+        str, typer.Option(envvar="FEDERATION_TOKEN", help="your token for it", show_default=False)
+    ],
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FEDERATION_SERVICE_SCOPE",
+            help="also revoke and delete your own stored token for this scope",
+            show_default=False,
+        ),
+    ] = None,
+    client_id: NativeOpt = None,
+    token_storage: StorageOpt = None,
+    force: Annotated[
+        bool, typer.Option(help="log out even with tasks or transfers still open")
+    ] = False,
+) -> None:
+    """Log out of a `service.auth: globus` service: it revokes and deletes the Globus
+    tokens it holds for you; with --scope, your own token for it is revoked here too."""
+    import uuid
+
+    from federation.interfaces.service.client import ServiceClient
+    from federation.interfaces.service.errors import OpsError
+
+    err = Console(stderr=True)
+    client = ServiceClient(service, token)
+    try:
+        done = client.logout(force=force)
+    except OpsError as e:
+        b = e.body
+        err.print(f"[red]error:[/red] {b.error}: {b.message}" + (f" ({b.hint})" if b.hint else ""))
+        raise typer.Exit(2) from e
+    finally:
+        client.close()
+    err.print(
+        f"logged out {done.caller}: {done.revoked} token(s) revoked, {done.deleted} deleted"
+        + (f"; not revoked: {', '.join(done.failed)}" if done.failed else "")
+    )
+    if scope:
+        from federation.sites.globus_auth import service_app
+
+        cid = uuid.UUID(client_id) if client_id else None
+        service_app(scope, client_id=cid, token_storage=token_storage, interactive=False).logout()
+        err.print(f"your own token for {scope} revoked and deleted")
 
 
 def register(app: typer.Typer) -> None:

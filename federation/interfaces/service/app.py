@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from federation.core.snapshot import FederationSnapshot
 from federation.interfaces.service.errors import OpsError
+from federation.interfaces.service.login_routes import login_router
 from federation.interfaces.service.models import (
     CancelResponse,
     DraftRequest,
@@ -46,6 +47,7 @@ from federation.interfaces.service.security_routes import policy_router
 from federation.placement.drafting import EnvelopeDraft
 from federation.runtime.catalog import Catalog, FunctionInfo
 from federation.runtime.coordinator import Coordinator
+from federation.security.globus_callers import AuthUnavailable, CallerRefused, GlobusCallers
 from federation.security.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
@@ -58,7 +60,11 @@ STREAM_HEARTBEAT_S = 15.0
 sends (keeps proxies and clients from timing it out, and finds clients that went away)."""
 PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
 
-_bearer = HTTPBearer(auto_error=False, description="a token from `federation token issue`")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="a token from `federation token issue`, or (service.auth: globus) a Globus "
+    "Auth access token for the service's scope",
+)
 
 
 def _doc_bearer(
@@ -67,16 +73,27 @@ def _doc_bearer(
     """Declares the bearer scheme in the OpenAPI document; the guard enforces it."""
 
 
-def _error_bytes(status: int, body: ErrorBody) -> tuple[list[tuple[bytes, bytes]], bytes]:
+def _error_bytes(
+    status: int, body: ErrorBody, challenge: str = 'Bearer realm="federation"'
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
     data = body.model_dump_json().encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="federation"'))
+        headers.append((b"www-authenticate", challenge.encode()))
+    if status == 503:
+        headers.append((b"retry-after", b"10"))
     return headers, data
 
 
-async def _send_error(send: Send, status: int, body: ErrorBody) -> None:
-    headers, data = _error_bytes(status, body)
+class _Refused(Exception):
+    def __init__(self, status: int, body: ErrorBody) -> None:
+        self.status, self.body = status, body
+
+
+async def _send_error(
+    send: Send, status: int, body: ErrorBody, challenge: str = 'Bearer realm="federation"'
+) -> None:
+    headers, data = _error_bytes(status, body, challenge)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
@@ -85,11 +102,15 @@ class Guard:
     """ASGI middleware: bearer-token check, then a cap on request bodies (413).
 
     Pure ASGI (no buffering of responses), so long polls and client disconnects pass
-    through untouched. The token never leaves this class: it is hashed and looked up, and
-    only the caller's name is put on the request (``request.state.caller``).
+    through untouched. The token never leaves this class: it is hashed and looked up (the
+    service's own tokens), or introspected at Globus Auth (``tokens`` a
+    :class:`~federation.security.globus_callers.GlobusCallers`), and only the caller's name
+    is put on the request (``request.state.caller``).
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenStore, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, tokens: TokenStore | GlobusCallers, max_body_bytes: int
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.max_body = max_body_bytes
@@ -99,18 +120,10 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if scope["path"] not in PUBLIC_PATHS:
-            caller = await self._caller(scope)
-            if caller is None:
-                await _send_error(
-                    send,
-                    401,
-                    ErrorBody(
-                        error="unauthorized",
-                        message="missing, unknown or revoked bearer token",
-                        hint="send `Authorization: Bearer <token>`; get one with "
-                        "`federation token issue NAME`",
-                    ),
-                )
+            try:
+                caller = await self._caller(scope)
+            except _Refused as e:
+                await _send_error(send, e.status, e.body, self._challenge())
                 return
             scope.setdefault("state", {})["caller"] = caller
         length = _content_length(scope)
@@ -145,13 +158,46 @@ class Guard:
             return
         await self.app(scope, receive, send)
 
-    async def _caller(self, scope: Scope) -> str | None:
+    async def _caller(self, scope: Scope) -> str:
+        """The caller's name; :class:`_Refused` (401, or 503 when Globus Auth cannot be
+        asked) saying what to do."""
         auth = _header(scope, b"authorization")
-        if not auth or not auth.lower().startswith("bearer "):
-            return None
-        token = auth[7:].strip()
-        info = await anyio.to_thread.run_sync(self.tokens.verify, token)
-        return None if info is None else info.name
+        token = auth[7:].strip() if auth and auth.lower().startswith("bearer ") else ""
+        store = self.tokens
+        if isinstance(store, TokenStore):
+            info = await anyio.to_thread.run_sync(store.verify, token) if token else None
+            if info is None:
+                raise _Refused(
+                    401,
+                    ErrorBody(
+                        error="unauthorized",
+                        message="missing, unknown or revoked bearer token",
+                        hint="send `Authorization: Bearer <token>`; get one with "
+                        "`federation token issue NAME`",
+                    ),
+                )
+            return info.name
+        if not token:
+            raise _Refused(
+                401,
+                ErrorBody(
+                    error="unauthorized", message="missing bearer token", hint=store.login_hint()
+                ),
+            )
+        try:
+            return await anyio.to_thread.run_sync(store.authenticate, token)
+        except CallerRefused as e:
+            raise _Refused(401, ErrorBody(error="unauthorized", message=str(e), hint=e.hint)) from e
+        except AuthUnavailable as e:
+            raise _Refused(
+                503,
+                ErrorBody(error="auth_unavailable", message=str(e), hint="retry in a minute"),
+            ) from e
+
+    def _challenge(self) -> str:
+        if isinstance(self.tokens, GlobusCallers):
+            return f'Bearer realm="federation", scope="{self.tokens.scope}"'
+        return 'Bearer realm="federation"'
 
     async def _too_large(self, send: Send) -> None:
         await _send_error(
@@ -251,14 +297,15 @@ def _keep_alive() -> ServerSentEvent:
 
 def create_app(
     coordinator: Coordinator,
-    tokens: TokenStore,
+    tokens: TokenStore | GlobusCallers,
     *,
     catalog: Catalog | None = None,
     ops: LocalOps | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     refresh_s: float = 15.0,
 ) -> FastAPI:
-    """The service over ``coordinator``; callers authenticate with tokens from ``tokens``.
+    """The service over ``coordinator``; callers authenticate with tokens from ``tokens``
+    (the service's own), or with Globus tokens (``tokens`` a :class:`GlobusCallers`).
 
     The coordinator stays the caller's: closing the app stops its snapshot refresher only.
     """
@@ -281,6 +328,7 @@ def create_app(
     app.add_middleware(Guard, tokens=tokens, max_body_bytes=max_body_bytes)
     auth = [Depends(_doc_bearer)]
     app.include_router(policy_router(local.coord), dependencies=auth)  # operators only
+    app.include_router(login_router(local.coord, tokens), dependencies=auth)
 
     @app.exception_handler(OpsError)
     async def _ops_error(_: Request, exc: OpsError) -> JSONResponse:

@@ -27,6 +27,7 @@ from federation.interfaces.service.models import (
     GroupRequest,
     GroupResponse,
     GroupView,
+    LogoutResponse,
     SubmitResponse,
     TaskRequest,
     TaskStatus,
@@ -239,6 +240,12 @@ class ServiceClient:
                     ) from e
                 logger.info("event stream dropped (%s); resuming after seq %d", e, cursor)
                 time.sleep(min(5.0, 0.2 * 2**failures))
+
+    def logout(self, force: bool = False) -> LogoutResponse:
+        """``POST /v1/logout``: the Globus tokens the service holds for you revoked."""
+        return LogoutResponse.model_validate(
+            self._call("POST", "/v1/logout", params={"force": str(force).lower()})
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -467,3 +467,17 @@ def transfer_view(h: TransferLike) -> TransferView:
     return TransferView(
         transfer_id=h.id, state=state, done=state in TRANSFER_DONE_STATES, detail=detail
     )
+
+
+class LogoutResponse(Frozen):
+    """What a logout did."""
+
+    caller: str
+    revoked: int
+    """Tokens revoked at Globus Auth (each resource server's access and refresh token)."""
+    deleted: int
+    """Token records deleted from the service's store."""
+    failed: tuple[str, ...] = ()
+    """Tokens Globus Auth could not be asked to revoke (deleted here all the same)."""
+    open_work: tuple[str, ...] = ()
+    """Your tasks and transfers still open (logged out with ``force``: no longer followed)."""

@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from federation.security.globus_callers import GlobusCallers
 from federation.security.tokens import RedactTokens, TokenStore, default_token_db
 
 logger = logging.getLogger(__name__)
@@ -64,24 +65,32 @@ def serve(
     """Connect a coordinator and serve it until interrupted.
 
     Without ``config``: the local sites (the embedded federation). With ``config``: the
-    sites of a ``federation.yaml`` (local and Globus Compute cloud sites), durable. Either
-    way every submission passes the caller policy gate (``home/policy.yaml``, token
-    policies) and is written to the audit log. ``placement`` names the placement policy
-    (default: the config's ``placement``, else ``auto``).
+    sites of a ``federation.yaml`` (local and Globus Compute cloud sites), durable; with its
+    ``service.auth: globus``, callers log in with Globus tokens and each one's work goes out
+    under their own identity (:mod:`federation.security.globus_callers`). Either way every
+    submission passes the caller policy gate (``home/policy.yaml``, token policies) and is
+    written to the audit log. ``placement`` names the placement policy (default: the
+    config's ``placement``, else ``auto``).
     """
     from federation.interfaces.service.app import create_app
     from federation.security.policy import PolicyGate
 
     closers: list[Any] = []
     chosen: dict[str, Any] = {} if placement is None else {"policy": placement}
+    callers: GlobusCallers | None = None
     if config is not None:
         from federation.deploy.config import Deployment, load_config
 
-        deployment = Deployment(load_config(config))
+        cfg = load_config(config)
+        deployment = Deployment(cfg)
+        if cfg.service.auth == "globus":
+            callers = GlobusCallers(cfg.service, deployment.home)
         if bring_up:
             deployment.up()
         home = deployment.home
-        coord = deployment.connect(durable=True, gate=PolicyGate.from_home(home), **chosen)
+        coord = deployment.connect(
+            durable=True, gate=PolicyGate.from_home(home), callers=callers, **chosen
+        )
         closers.append(deployment.close)
     else:
         from federation.deploy.local import LocalSites
@@ -94,9 +103,11 @@ def serve(
         if local.service is not None:
             closers.append(local.service.close)
     tokens = TokenStore(default_token_db(home))
-    if not tokens.list_tokens():
+    if callers is not None:
+        logger.info("callers log in with Globus tokens for scope %s", callers.scope)
+    elif not tokens.list_tokens():
         logger.warning("no tokens yet: issue one with `federation token issue NAME`")
-    app = create_app(coord, tokens, refresh_s=refresh_s)
+    app = create_app(coord, callers or tokens, refresh_s=refresh_s)
     try:
         uvicorn.run(
             app,

@@ -18,6 +18,7 @@ from federation.core.errors import (
 )
 from federation.interfaces.service.errors import OpsError
 from federation.runtime.catalog import CatalogError
+from federation.security.globus_callers import CallerLoginRequired
 from federation.security.policy import PolicyViolationError
 
 __all__ = ["translate"]
@@ -30,6 +31,15 @@ def translate(e: BaseException) -> OpsError:
     """A federation exception as an :class:`OpsError` with the right HTTP status."""
     if isinstance(e, OpsError):
         return e
+    login = e if isinstance(e, CallerLoginRequired) else e.__cause__
+    if isinstance(login, CallerLoginRequired):  # the caller's Globus tokens are gone
+        return OpsError(
+            401,
+            "globus_login_required",
+            str(e),
+            "send a fresh Globus token for the service's scope (`federation token globus`), "
+            "then retry",
+        )
     if isinstance(e, PolicyViolationError):
         return OpsError(
             403,
