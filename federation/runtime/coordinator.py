@@ -8,6 +8,7 @@ report), ``holds`` (tasks the policy gate holds) and ``recovery``, all modules o
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -41,6 +42,7 @@ from federation.runtime.registry import TaskRegistry
 from federation.runtime.reports import Reports
 from federation.runtime.results import DEFAULT_INLINE_LIMIT_BYTES, StorageRoot
 from federation.runtime.retries import Retries
+from federation.runtime.rows import finished_handle
 from federation.runtime.shipping import Shipping
 from federation.runtime.store import Store
 from federation.runtime.telemetry import Telemetry
@@ -109,6 +111,8 @@ class Coordinator:
         self.hooks.store = store
         """Webhook and command hooks: ``coord.hooks.add(WebhookHook(url=...))`` for all."""
         self._registry = reg = TaskRegistry()
+        if store is not None:  # finished handles leave memory; the store keeps them
+            reg.lookup = functools.partial(finished_handle, store, bus=self.events)
         self._lock = reg.lock  # the one lock every part takes
         self._handles = reg.handles  # the same dict (the indexes: ``_registry``)
         self._last_snapshot: FederationSnapshot | None = None
@@ -349,7 +353,23 @@ class Coordinator:
         return res.value
 
     def handles(self) -> list[TaskHandle]:
+        """Every task's handle: those in memory, and with a store the finished ones read
+        back from it (each call reads them all: to find one task, use :meth:`task`)."""
+        live = self._registry.all()
+        if self.store is None:
+            return live
+        by_id = {h.id: h for h in live}
+        ids = [r["id"] for r in self.store.task_summaries()]
+        found = [by_id.pop(i, None) or self._registry.find(i) for i in ids]
+        return [h for h in found if h is not None] + list(by_id.values())  # + held tasks
+
+    def live_handles(self) -> list[TaskHandle]:
+        """The handles in memory: every open task (and, without a store, every task)."""
         return self._registry.all()
+
+    def task(self, task_id: str) -> TaskHandle | None:
+        """The handle of ``task_id`` (read back from the store once finished), or None."""
+        return self._registry.find(task_id)
 
     def history(self, task_id: str | None = None) -> list[Event]:
         return self.events.history(task_id)

@@ -71,11 +71,23 @@ EventCallback = Callable[[Event], None]
 
 
 class EventLog(Protocol):
-    """Where events are persisted (see :class:`federation.runtime.store.Store`)."""
+    """Where events are persisted (see :class:`federation.runtime.store.Store`): the whole
+    log, of which the bus keeps only the latest part in memory."""
 
     def append_event(self, ev: Event) -> None: ...
 
-    def events(self) -> list[Event]: ...
+    def events(
+        self, after_seq: int = 0, *, owner: str | None = None, record_id: str | None = None
+    ) -> list[Event]:
+        """Events after ``after_seq`` in order (``owner``: that owner's, ``after_seq`` their
+        own cursor; ``record_id``: one task's, group's or transfer's)."""
+        ...
+
+    def event_tail(self, n: int) -> list[Event]: ...
+
+    def owner_cursors(self) -> dict[str, int]: ...
+
+    def record_owner(self, record_id: str) -> str | None: ...
 
 
 class _Subscriber:
@@ -96,42 +108,77 @@ class _Subscriber:
             logger.exception("event callback %r failed on %s", self.callback, ev.kind)
 
 
-class EventBus:
-    """Ordered log of events; subscribers are called on the thread that emits."""
+KEEP_EVENTS = 4096
+"""Events a bus with a persisted log keeps in memory (the latest); older ones are read back
+from the log when a caller's cursor or a record's history reaches them."""
 
-    def __init__(self, log: EventLog | None = None) -> None:
+
+class EventBus:
+    """Ordered log of events; subscribers are called on the thread that emits.
+
+    Without a persisted log the bus is the log and keeps every event. With one (the store),
+    memory stays flat however many tasks pass: the latest :data:`KEEP_EVENTS` events (and
+    each owner's latest), the histories of records still open, and who owns them; a
+    finished record is :meth:`forget`-ten and read back from the log when asked about.
+    """
+
+    def __init__(self, log: EventLog | None = None, *, keep_events: int = KEEP_EVENTS) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._persist = log
-        self._log: list[Event] = log.events() if log is not None else []
-        self._seq = itertools.count(self._log[-1].seq + 1 if self._log else 1)
+        self._keep = max(1, keep_events) if log is not None else None
+        self._log: list[Event] = log.event_tail(self._keep or 0) if log is not None else []
+        """The latest events in order; seqs are contiguous (the first is ``_log[0].seq``)."""
+        self._last = self._log[-1].seq if self._log else 0
+        self._seq = itertools.count(self._last + 1)
         self._all: list[_Subscriber] = []
         """Subscribers to every event."""
         self._by_task: dict[str, list[_Subscriber]] = {}
         """Subscribers to one task's (or group's) events: emit costs O(its subscribers)."""
         self._task_log: dict[str, list[Event]] = {}
+        """Whole histories of the records this bus has seen an event of (until forgotten);
+        a record not here is read from the persisted log."""
         self._owner_log: dict[str, list[Event]] = {}
-        """Each owner's events in order; an event's ``owner_seq`` is its position + 1."""
+        """Each owner's latest events in order; an event's ``owner_seq`` is its position + 1
+        in the owner's whole log (contiguous here too)."""
+        self._owner_last: dict[str, int] = log.owner_cursors() if log is not None else {}
         self._owners: dict[str, str] = {}
         """Who owns each task, group and transfer id (set when it is created)."""
-        for ev in self._log:
-            self._task_log.setdefault(ev.task_id, []).append(ev)
+        for ev in self._log:  # every owner event after the tail's start: contiguous too
             self._owner_log.setdefault(ev.owner, []).append(ev)
-            self._owners.setdefault(ev.task_id, ev.owner)
+
+    def _owner(self, record_id: str) -> str | None:
+        """``record_id``'s owner (memory, else the persisted log); under ``_lock``."""
+        owner = self._owners.get(record_id)
+        if owner is None and self._persist is not None:
+            owner = self._persist.record_owner(record_id)
+            if owner is not None:
+                self._owners[record_id] = owner
+        return owner
 
     def set_owner(self, record_id: str, owner: str) -> None:
         """Record that ``record_id`` (a task, group or transfer) belongs to ``owner``: its
         events go to that owner's log. Call it before the record's first event; an owner
         once set is kept (a record never changes hands)."""
         with self._lock:
-            known = self._owners.setdefault(record_id, owner)
+            known = self._owner(record_id) or self._owners.setdefault(record_id, owner)
         if known != owner:
             raise ValueError(f"{record_id!r} already belongs to {known!r}, not {owner!r}")
 
     def owner_of(self, record_id: str) -> str | None:
         """Who owns ``record_id`` (None: no record of that id has an owner here)."""
         with self._lock:
-            return self._owners.get(record_id)
+            return self._owner(record_id)
+
+    def forget(self, record_id: str) -> None:
+        """A finished record's history and subscribers leave memory (the persisted log keeps
+        the history; :meth:`history` reads it back). Nothing happens without a log."""
+        if self._persist is None:
+            return
+        with self._lock:
+            self._task_log.pop(record_id, None)
+            self._owners.pop(record_id, None)
+            self._by_task.pop(record_id, None)
 
     def subscribe(
         self, callback: EventCallback, task_id: str | None = None, *, replay: bool = False
@@ -147,10 +194,10 @@ class EventBus:
             with self._lock:
                 if task_id is None:
                     self._all.append(sub)
-                    past = list(self._log) if replay else []
+                    past = self._since(0, None) if replay else []
                 else:
                     self._by_task.setdefault(task_id, []).append(sub)
-                    past = list(self._task_log.get(task_id, ())) if replay else []
+                    past = self._record_history(task_id) if replay else []
             for ev in past:
                 sub.call(ev)
 
@@ -164,8 +211,7 @@ class EventBus:
 
     def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
         with self._lock:
-            owner = self._owners.setdefault(task_id, DEFAULT_OWNER)
-            owned = self._owner_log.setdefault(owner, [])
+            owner = self._owner(task_id) or self._owners.setdefault(task_id, DEFAULT_OWNER)
             ev = Event(
                 seq=next(self._seq),
                 kind=kind,
@@ -174,13 +220,17 @@ class EventBus:
                 at=datetime.now(UTC),
                 detail=detail,
                 owner=owner,
-                owner_seq=owned[-1].owner_seq + 1 if owned else 1,
+                owner_seq=self._owner_last.get(owner, 0) + 1,
             )
+            own = self._record_history(task_id)  # before the append: the whole past
             if self._persist is not None:  # written before anyone is told
                 self._persist.append_event(ev)
-            self._log.append(ev)
-            self._task_log.setdefault(task_id, []).append(ev)
-            owned.append(ev)
+            self._task_log[task_id] = own
+            own.append(ev)
+            self._last = ev.seq
+            self._owner_last[owner] = ev.owner_seq
+            self._append(self._log, ev)
+            self._append(self._owner_log.setdefault(owner, []), ev)
             subs = [*self._by_task.get(task_id, ()), *self._all]
             self._changed.notify_all()
         for sub in subs:
@@ -188,9 +238,39 @@ class EventBus:
                 sub.call(ev)
         return ev
 
+    def _append(self, log: list[Event], ev: Event) -> None:
+        log.append(ev)
+        if self._keep is not None and len(log) > 2 * self._keep:
+            del log[: len(log) - self._keep]  # amortized: trimmed in halves
+
+    def _record_history(self, record_id: str) -> list[Event]:
+        """``record_id``'s whole history (a new list when read from the persisted log);
+        under ``_lock``."""
+        known = self._task_log.get(record_id)
+        if known is not None:
+            return known
+        if self._persist is None:
+            return []
+        return self._persist.events(record_id=record_id)
+
+    def _since(self, after_seq: int, owner: str | None) -> list[Event]:
+        """Every event after ``after_seq`` (``owner``: theirs, by their cursor); from memory
+        when it reaches back that far, else from the persisted log; under ``_lock``."""
+        log = self._log if owner is None else self._owner_log.get(owner, [])
+        if log:
+            first = log[0].seq if owner is None else log[0].owner_seq
+            if after_seq >= first - 1 or self._persist is None:
+                return log[max(0, after_seq - (first - 1)) :]
+        elif after_seq >= (self._last if owner is None else self._owner_last.get(owner, 0)):
+            return []
+        if self._persist is None:
+            return []
+        return self._persist.events(after_seq, owner=owner)
+
     def history(self, task_id: str | None = None) -> list[Event]:
+        """Every event (``task_id``: that record's), in order."""
         with self._lock:
-            return list(self._log) if task_id is None else list(self._task_log.get(task_id, ()))
+            return list(self._since(0, None) if task_id is None else self._record_history(task_id))
 
     def await_event(
         self,
@@ -214,15 +294,21 @@ class EventBus:
         def pos(e: Event) -> int:
             return e.seq if owner is None else e.owner_seq
 
+        cursor = after_seq
+
         def matching() -> list[Event]:
-            log = self._log if owner is None else self._owner_log.get(owner, [])
-            return [
+            nonlocal cursor
+            past = self._since(cursor, owner)
+            found = [
                 e
-                for e in log[after_seq:]
-                if pos(e) > after_seq
+                for e in past
+                if pos(e) > cursor
                 and (task_ids is None or e.task_id in task_ids)
                 and (kinds is None or e.kind in kinds)
             ]
+            if past and not found:
+                cursor = max(cursor, pos(past[-1]))  # seen: not read again while waiting
+            return found
 
         with self._changed:
             found = matching()
@@ -234,10 +320,9 @@ class EventBus:
     @property
     def last_seq(self) -> int:
         with self._lock:
-            return self._log[-1].seq if self._log else 0
+            return self._last
 
     def last_seq_of(self, owner: str) -> int:
         """The cursor of ``owner``'s own log: how many events it has."""
         with self._lock:
-            owned = self._owner_log.get(owner)
-            return owned[-1].owner_seq if owned else 0
+            return self._owner_last.get(owner, 0)

@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,6 +88,8 @@ class GroupCoordinator(Protocol):
     def inspect_federation(self) -> FederationSnapshot: ...
 
     def handles(self) -> list[TaskHandle]: ...
+
+    def task(self, task_id: str) -> TaskHandle | None: ...
 
     def _handle(self, handle: TaskHandle | str) -> TaskHandle: ...
 
@@ -447,12 +449,11 @@ class GroupManager:
             return []
         history = self.coord.events.history()
         announced = {e.task_id for e in history if e.kind == "group.round_terminal"}
-        handles = {h.id: h for h in self.coord.handles()}
         reopened: list[GroupHandle] = []
         for row in store.groups():
             if row["id"] in self.groups:
                 continue
-            g = self._from_row(row, handles)
+            g = self._from_row(row, self.coord.task)
             self.coord.events.set_owner(g.id, g.caller)
             with self._lock:
                 self.groups[g.id] = g
@@ -557,10 +558,10 @@ class GroupManager:
         g._done.set()
 
     @staticmethod
-    def _from_row(row: dict[str, Any], handles: dict[str, TaskHandle]) -> GroupHandle:
+    def _from_row(row: dict[str, Any], find: Callable[[str], TaskHandle | None]) -> GroupHandle:
         children = []
         for c in json.loads(row["children"]):
-            attempts = [handles[t] for t in c["task_ids"] if t in handles]
+            attempts = [h for t in c["task_ids"] if (h := find(t)) is not None]
             env = ResourceEnvelope.model_validate(c["envelope"])
             children.append(GroupChild(c["name"], None, env, attempts))
         return GroupHandle(

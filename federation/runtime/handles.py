@@ -194,7 +194,10 @@ class TaskHandle:
         return str(tid)
 
     def __post_init__(self) -> None:
-        self.bus.subscribe(self._track, task_id=self.id)
+        if self.state in ("completed", "failed"):  # read back from the store: told already
+            self._done.set()
+        else:
+            self.bus.subscribe(self._track, task_id=self.id)
 
     def _track(self, ev: Event) -> None:
         # ``state`` is moved by :mod:`federation.runtime.lifecycle`; done once the end is told

@@ -454,6 +454,7 @@ class Hedging:
             cancelled=ok,
             winner_site=winner.site if winner is not None else None,
         )
+        self.life.release(handle)  # the task may have ended while this copy was cancelled
 
     def cancel_copies(self, h: TaskHandle, reason: str) -> bool:
         """``cancel`` for a hedged task: every copy still queued, or the winner."""

@@ -83,7 +83,15 @@ class Lifecycle:
         if then is not None:
             then()
         self.rt.events.emit(kind, h.id, h.site, **detail())
+        if to in ("completed", "failed"):
+            self.release(h)
         return True
+
+    def release(self, h: TaskHandle) -> None:
+        """A finished task leaves memory once nothing more can happen to it (no copy
+        still queued or being cancelled); the store keeps it. Nothing without a store."""
+        if self.reg.release(h):
+            self.rt.events.forget(h.id)
 
     # --- the transitions ------------------------------------------------------------------
     def queue(

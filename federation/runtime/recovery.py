@@ -41,6 +41,8 @@ class Recovery:
         self.life = life
         self.hedging = hedging
         self.holds = holds
+        self.finished_ids: list[str] = []
+        """Tasks the store has as finished at the latest restart (read back on demand)."""
         self.settlement = Settlement()
 
     def recover(self) -> list[TaskHandle]:
@@ -74,8 +76,14 @@ class Recovery:
         rows = store.tasks()
         self.settlement = self.settle(rows, copy_rows)
         resend: list[TaskHandle] = []
+        self.finished_ids = []
         for row in rows:
             if row["id"] in self.reg.handles:
+                continue
+            if row["state"] in ("completed", "failed") and not any(
+                c["state"] in ("queued", "cancelling") for c in copy_rows.get(row["id"], [])
+            ):
+                self.finished_ids.append(row["id"])  # stays in the store, not in memory
                 continue
             claim = self.settlement.claimed_ids.get((row["id"], None))
             if claim is not None:  # the site accepted it before its id was recorded
@@ -301,8 +309,9 @@ class Recovery:
             for e in self.rt.events.history()
             if e.kind in ("task.completed", "task.failed")
         }
-        for h in self.reg.all():
-            if h.done and h.id not in ended and h.completed_at is not None:
+        finished = (self.reg.find(i) for i in self.finished_ids if i not in ended)
+        for h in [*self.reg.all(), *finished]:
+            if h is not None and h.done and h.id not in ended and h.completed_at is not None:
                 # the coordinator stopped between recording the end and announcing it
                 self.life.announce_missed_end(h)
         for h in reopened:

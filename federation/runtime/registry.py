@@ -4,6 +4,7 @@ their Globus Compute task ids (a site reports by the latter), under the coordina
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from federation.core.errors import FederationError
 from federation.runtime.handles import TaskCopy, TaskHandle
@@ -28,22 +29,59 @@ class TaskRegistry:
         """Hedged copies by their Globus Compute task id."""
         self.hedged: dict[str, TaskHandle] = {}
         """Hedged handles with a copy whose Globus Compute task id is not indexed yet."""
+        self.lookup: Callable[[str], TaskHandle | None] | None = None
+        """Reads a finished task back from the store (set when there is one): finished
+        handles are then :meth:`release`-d from memory and looked up here."""
+        self.released = 0
+        """How many finished handles left memory."""
 
     def registered(self, h: TaskHandle) -> bool:
         """Whether ``h`` itself is the handle on record under its id."""
         return self.handles.get(h.id) is h
 
     def get(self, handle: TaskHandle | str) -> TaskHandle:
-        h = self.handles.get(handle) if isinstance(handle, str) else handle
+        h = self.find(handle) if isinstance(handle, str) else handle
         if h is None:
             raise FederationError(
                 f"unknown task handle {handle!r}; use the id submit_task returned"
             )
         return h
 
+    def find(self, task_id: str) -> TaskHandle | None:
+        """The handle of ``task_id``: in memory while open, else read back from the store
+        (a new object each time: a finished task no longer changes)."""
+        h = self.handles.get(task_id)
+        if h is None and self.lookup is not None:
+            h = self.lookup(task_id)
+        return h
+
     def all(self) -> list[TaskHandle]:
+        """The handles in memory: open tasks (and, without a store, every task)."""
         with self.lock:
             return list(self.handles.values())
+
+    def release(self, h: TaskHandle) -> bool:
+        """Drop finished ``h`` from memory and from every index; the store keeps it and
+        :meth:`find` reads it back. Not while a copy of it may still be submitted,
+        queued or being cancelled (its reports are matched here), nor without a store."""
+        if self.lookup is None or not h.done:
+            return False
+        with self.lock:
+            if self.handles.get(h.id) is not h:
+                return False
+            if any(c._sending or c.state in ("queued", "cancelling") for c in h.copies):
+                return False
+            del self.handles[h.id]
+            self.unindexed.pop(h.id, None)
+            self.hedged.pop(h.id, None)
+            for cid in {h.compute_task_id, *(c.compute_task_id for c in h.copies)}:
+                if cid is not None:
+                    if self.by_compute_id.get(cid) is h:
+                        del self.by_compute_id[cid]
+                    self.copy_ids.pop(cid, None)
+                    self.early_starts.pop(cid, None)
+            self.released += 1
+        return True
 
     def handle_for_compute_id(self, tid: str) -> TaskHandle | None:
         with self.lock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.json_values import json_value
@@ -18,6 +18,11 @@ from federation.runtime.milestones import Milestones
 from federation.runtime.provenance import Accounting
 from federation.runtime.results import ResultRef
 from federation.runtime.specs import dump_spec, load_spec
+
+if TYPE_CHECKING:
+    from federation.runtime.store import Store
+
+TERMINAL = ("completed", "failed")
 
 
 def task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
@@ -103,7 +108,18 @@ def value_json(h: TaskHandle) -> str | None:
     return json.dumps({"value": value} if is_json else {"repr": text})
 
 
-def handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
+def finished_handle(store: Store, task_id: str, bus: EventBus) -> TaskHandle | None:
+    """A finished task read back from the store (with its copies); None when the store
+    has no such task or it is still open (an open task's handle lives in memory)."""
+    row = store.task(task_id)
+    if row is None or row["state"] not in TERMINAL:
+        return None
+    h = handle_from_row(row, bus, own=False)
+    h.copies = [copy_from_row(r) for r in store.task_copies(task_id)]
+    return h
+
+
+def handle_from_row(row: dict[str, Any], bus: EventBus, *, own: bool = True) -> TaskHandle:
     h = TaskHandle(
         id=row["id"],
         label=row["label"],
@@ -121,7 +137,8 @@ def handle_from_row(row: dict[str, Any], bus: EventBus) -> TaskHandle:
         remote_traceback=row["remote_traceback"] or "",
         caller=row.get("owner") or DEFAULT_OWNER,
     )
-    bus.set_owner(h.id, h.caller)
+    if own:  # a handle the coordinator takes back into memory (a restart)
+        bus.set_owner(h.id, h.caller)
     if row.get("spec") and row["state"] not in ("completed", "failed"):
         h.task = load_spec(row["spec"])  # to ship again or retry after a restart
     if row.get("milestones"):

@@ -171,12 +171,16 @@ CREATE TABLE IF NOT EXISTS hooks (
 """
 """Migration 5: hooks registered for tasks or groups, re-registered after a restart."""
 
+_EVENTS_BY_RECORD = "CREATE INDEX IF NOT EXISTS events_record ON events(task_id, seq);"
+"""Migration 6: one record's history read back (the bus keeps only open records')."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     _SCHEMA,
     _adopt_unversioned,
     HELD_SCHEMA,
     _shipping_intents,
     _HOOKS,
+    _EVENTS_BY_RECORD,
 )
 """The state store's schema, version by version (``PRAGMA user_version``): append, never
 edit a released step."""
@@ -238,11 +242,47 @@ class Store:
                 ),
             )
 
-    def events(self) -> list[Event]:
+    def events(
+        self, after_seq: int = 0, *, owner: str | None = None, record_id: str | None = None
+    ) -> list[Event]:
+        """Events after ``after_seq`` in order: all, one ``owner``'s (``after_seq`` is then
+        their own cursor), or one record's."""
+        args: tuple[Any, ...]
+        if owner is not None:
+            where, args = "WHERE owner=? AND owner_seq>? ORDER BY seq", (owner, after_seq)
+        elif record_id is not None:
+            where, args = "WHERE task_id=? AND seq>? ORDER BY seq", (record_id, after_seq)
+        else:
+            where, args = "WHERE seq>? ORDER BY seq", (after_seq,)
+        return self._events(where, args)
+
+    def event_tail(self, n: int) -> list[Event]:
+        """The latest ``n`` events, in order."""
+        return self._events("WHERE seq > (SELECT COALESCE(MAX(seq), 0) FROM events) - ?", (n,))
+
+    def owner_cursors(self) -> dict[str, int]:
+        """Each owner's cursor: how many events their own log has."""
+        with self._lock:
+            rows = self._db.execute("SELECT owner, MAX(owner_seq) FROM events GROUP BY owner")
+            return {owner: int(last or 0) for owner, last in rows.fetchall()}
+
+    def record_owner(self, record_id: str) -> str | None:
+        """Who owns a task, group or transfer id, by its events or its task row."""
+        with self._lock:
+            row = (
+                self._db.execute(
+                    "SELECT owner FROM events WHERE task_id=? LIMIT 1", (record_id,)
+                ).fetchone()
+                or self._db.execute("SELECT owner FROM tasks WHERE id=?", (record_id,)).fetchone()
+            )
+        return row[0] if row else None
+
+    def _events(self, where: str, args: tuple[Any, ...]) -> list[Event]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, kind, task_id, site, at, detail, owner, owner_seq FROM events "
-                "ORDER BY seq"
+                + where,
+                args,
             ).fetchall()
         return [
             Event(
@@ -317,6 +357,16 @@ class Store:
     def task(self, task_id: str) -> dict[str, Any] | None:
         rows = self._select("WHERE id=?", (task_id,))
         return rows[0] if rows else None
+
+    def task_summaries(self) -> list[dict[str, Any]]:
+        """Every task's id, label, state, site and owner, in submission order (a listing
+        without reading each task's whole row)."""
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT id, label, state, site, owner FROM tasks ORDER BY submitted_at"
+            )
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def tasks(self, *, open_only: bool = False) -> list[dict[str, Any]]:
         if open_only:

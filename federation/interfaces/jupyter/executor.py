@@ -383,7 +383,8 @@ class FederatedExecutor(concurrent.futures.Executor):
         if self._client is not None:
             events = sorted((e for f in futs for e in f.events), key=lambda e: e.seq)
         else:
-            events = [e for e in self.coordinator.events.history() if e.task_id in ids]
+            bus = self.coordinator.events
+            events = sorted((e for i in ids for e in bus.history(i)), key=lambda e: e.seq)
         return events_frame(events, labels)
 
     def tasks(self, futures: Iterable[TaskFuture] | None = None) -> pd.DataFrame:

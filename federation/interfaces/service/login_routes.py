@@ -26,7 +26,7 @@ def login_router(coord: Coordinator, tokens: TokenStore | GlobusCallers) -> APIR
     router = APIRouter(prefix="/v1", tags=["login"])
 
     def open_work(caller: str) -> list[str]:
-        tasks = [h.id for h in coord.handles() if h.caller == caller and not h.done]
+        tasks = [h.id for h in coord.live_handles() if h.caller == caller and not h.done]
         moves = [h.id for h in coord.transfers.handles() if h.owner == caller and not h.done]
         return tasks + moves
 

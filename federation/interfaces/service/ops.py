@@ -156,12 +156,11 @@ class LocalOps(GroupOps, TransferOps, EventOps):
 
     def handle(self, task_id: str, caller: str = "", action: str = "read") -> TaskHandle:
         who = self.owners.who(caller)
-        for h in self.coord.handles():
-            if h.id == task_id:
-                kind: RecordKind = "shell" if h.is_shell else "python"
-                if self.owners.visible(who, kind, h.id, h.caller, action):
-                    return h
-                break
+        h = self.coord.task(task_id)
+        if h is not None:
+            kind: RecordKind = "shell" if h.is_shell else "python"
+            if self.owners.visible(who, kind, h.id, h.caller, action):
+                return h
         raise not_found("task", task_id)
 
     def tasks(self, caller: str = "") -> list[dict[str, Any]]:
@@ -169,9 +168,19 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         who = self.owners.who(caller)
         rows = [
             {"task_id": h.id, "label": h.label, "state": h.state, "site": h.site, "owner": h.caller}
-            for h in self.coord.handles()
+            for h in self.coord.live_handles()
             if who.operator or h.caller == who.name
         ]
+        store = self.coord.store
+        if store is not None:  # finished tasks are read from the store, not memory
+            live = {r["task_id"]: r for r in rows}
+            rows = [
+                live.pop(r["id"])
+                if r["id"] in live
+                else {k: r[k] for k in ("label", "state", "site", "owner")} | {"task_id": r["id"]}
+                for r in store.task_summaries()
+                if who.operator or r["owner"] == who.name
+            ] + list(live.values())  # + tasks held for an operator (not in the task table)
         for owner in sorted({r["owner"] for r in rows}):
             self.owners.visible(who, "tasks", None, owner, "list")
         return rows
