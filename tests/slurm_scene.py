@@ -8,7 +8,9 @@ the one on Delta, whichever tests ran before.
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,8 +67,22 @@ def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0
         if not left:
             return
         if time.monotonic() > deadline:
+            held = {s: _endpoint_open_tasks(slurm, s) for s in left}
             raise AssertionError(
                 f"jobs left on {sorted(left)} after {timeout_s:.0f} s (an earlier test's "
-                f"blocks were not released): {left}"
+                f"blocks were not released): {left}; tasks the endpoints still hold: {held}"
             )
         time.sleep(1.0)
+
+
+def _endpoint_open_tasks(slurm: Any, site: str) -> list[tuple[Any, ...]]:
+    """What ``site``'s endpoint daemon has not finished (which test's work holds a block)."""
+    db = Path(slurm.home) / "endpoints" / site / "tasks.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as c:
+        rows = c.execute(
+            "SELECT task_id, status, config_key, job_id, block_id, received_at FROM tasks "
+            "WHERE completed_at IS NULL ORDER BY received_at DESC LIMIT 10"
+        )
+        return [tuple(r) for r in rows]

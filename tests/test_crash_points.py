@@ -117,7 +117,7 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
     coord = local.connect(durable=True, telemetry=False, probe_timeout_s=120)
     try:
         r = coord.get_result(tid, timeout_s=400)
-        assert r.status == "completed", (r.error, coord._registry.get(tid).notes)
+        assert r.status == "completed", (r.error, coord.task(tid).notes)
         jobs = (runs / token).read_text().split()
         assert len(jobs) == 1, f"ran {len(jobs)} times (Slurm jobs {jobs})"
         hist = coord.events.history()

@@ -84,7 +84,7 @@ def test_sigkill_inside_submit_before_shipping(local_federation: Any) -> None:
     try:
         r = coord.get_result(tid, timeout_s=240)
         assert r.status == "completed" and r.value == 25, r.error
-        assert any("shipped again" in n for n in coord._registry.get(tid).notes)
+        assert any("shipped again" in n for n in coord.task(tid).notes)
         ends = Counter(e.kind for e in coord.events.history() if e.task_id == tid)
         assert ends["task.completed"] == 1 and ends["task.failed"] == 0
         assert _site_task_count(home) >= site_tasks + 1

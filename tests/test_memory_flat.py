@@ -128,6 +128,18 @@ def test_finished_tasks_leave_memory_and_are_read_back(durable: FixedCoordinator
     assert durable.task("no-such-task") is None
 
 
+def test_a_finished_tasks_notes_are_kept_with_its_end(durable: FixedCoordinator) -> None:
+    from federation.runtime.rows import end_fields
+
+    h = durable.submit_task(PythonTask(square, (3,)), ENV)
+    assert h.wait(30)
+    assert durable.task(h.id).notes == []  # type: ignore[union-attr]
+    h.notes.append("failed on local: retried on local")  # as retries.py writes one
+    durable.store.update_task(h.id, **end_fields(h))  # type: ignore[union-attr]
+    back = durable.task(h.id)
+    assert back is not None and back is not h and back.notes == h.notes
+
+
 def test_a_restart_keeps_finished_tasks_in_the_store(tmp_path: Path) -> None:
     path = tmp_path / "coordinator.db"
     site = ThreadSite(load_sites(["local"])[0])
@@ -146,3 +158,22 @@ def test_a_restart_keeps_finished_tasks_in_the_store(tmp_path: Path) -> None:
         assert [second.get_result(h.id, timeout_s=0).value for h in done] == [0, 1, 4, 9, 16]
     finally:
         second.close()
+
+
+def test_a_cancelled_deadline_frees_what_it_holds() -> None:
+    from federation.runtime.milestones import Timers
+
+    timers = Timers("test-timers")
+    try:
+        held = [bytearray(1000) for _ in range(500)]
+        tokens = [timers.call_later(3600, lambda b=b: len(b)) for b in held]  # type: ignore[misc]
+        for tok in tokens[:-1]:
+            timers.cancel(tok)
+        assert timers.pending == 1
+        assert len(timers._heap) <= 64, "the heap keeps cancelled deadlines"
+        assert list(timers._live) == [tokens[-1]]
+        fired = threading.Event()
+        timers.call_later(0, fired.set)
+        assert fired.wait(5), "a deadline due now still fires after compaction"
+    finally:
+        timers.close()

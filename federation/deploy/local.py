@@ -156,14 +156,19 @@ class LocalSites:
             self.service.on_started(coord.notify_started)
 
     def connect(
-        self, *, telemetry: bool = True, durable: bool = False, **coordinator_kwargs: Any
+        self,
+        *,
+        telemetry: bool = True,
+        durable: bool = False,
+        store_path: Path | None = None,
+        **coordinator_kwargs: Any,
     ) -> Coordinator:
         """A coordinator whose sites are reached through the real Globus Compute SDK.
 
-        ``durable``: keep tasks and events in ``home/coordinator.db`` and re-attach to the
-        tasks an earlier (possibly killed) coordinator left in flight.
+        ``durable``: keep tasks and events in ``home/coordinator.db`` (or ``store_path``)
+        and re-attach to the tasks an earlier (possibly killed) coordinator left in flight.
         """
-        store = Store(self.home / "coordinator.db") if durable else None
+        store = Store(store_path or self.home / "coordinator.db") if durable else None
         task_group = store.task_group_id() if store else uuid.uuid4()
         backends = self.backends(task_group)
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None

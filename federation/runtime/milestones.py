@@ -71,12 +71,18 @@ class Milestones(Frozen):
 
 
 class Timers:
-    """One heap of deadlines and one thread that runs each callback when it is due."""
+    """One heap of deadlines and one thread that runs each callback when it is due.
+
+    A cancelled deadline drops its callback at once (whatever it holds is freed), and the
+    heap is compacted once most of its entries are cancelled: memory follows the deadlines
+    still pending, not every deadline ever set.
+    """
 
     def __init__(self, name: str = "federation-timers") -> None:
         self.name = name
-        self._heap: list[tuple[float, int, Callable[[], object]]] = []
-        self._cancelled: set[int] = set()
+        self._heap: list[tuple[float, int]] = []
+        self._live: dict[int, Callable[[], object]] = {}
+        """Each pending deadline's callback, by token (a cancelled token is not here)."""
         self._tokens = itertools.count(1)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -88,7 +94,8 @@ class Timers:
             if self._closed:
                 raise RuntimeError("timers are closed")
             token = next(self._tokens)
-            heapq.heappush(self._heap, (due_monotonic, token, callback))
+            heapq.heappush(self._heap, (due_monotonic, token))
+            self._live[token] = callback
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
@@ -100,20 +107,23 @@ class Timers:
 
     def cancel(self, token: int) -> None:
         with self._cond:
-            if any(t == token for _, t, _ in self._heap):
-                self._cancelled.add(token)
+            if self._live.pop(token, None) is None:
+                return
+            if len(self._heap) > 64 and len(self._heap) > 2 * len(self._live):
+                self._heap = [e for e in self._heap if e[1] in self._live]
+                heapq.heapify(self._heap)
 
     @property
     def pending(self) -> int:
         """Deadlines not yet due (cancelled ones excluded)."""
         with self._cond:
-            return len(self._heap) - len(self._cancelled)
+            return len(self._live)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._heap.clear()
-            self._cancelled.clear()
+            self._live.clear()
             self._cond.notify()
 
     def _run(self) -> None:
@@ -127,11 +137,10 @@ class Timers:
                     if due > 0:
                         self._cond.wait(due)
                         continue
-                    _, token, callback = heapq.heappop(self._heap)
-                    if token in self._cancelled:
-                        self._cancelled.discard(token)
-                        continue
-                    break
+                    _, token = heapq.heappop(self._heap)
+                    callback = self._live.pop(token, None)
+                    if callback is not None:
+                        break
                 else:
                     return
             try:

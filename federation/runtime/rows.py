@@ -55,6 +55,7 @@ def end_fields(h: TaskHandle) -> dict[str, Any]:
         "value_json": value_json(h),
         "value_ref": h.value_ref.model_dump_json() if h.value_ref else None,
         "attempts": json.dumps(h.attempts, default=str),
+        "notes": json.dumps(h.notes) if h.notes else None,
     }
 
 
@@ -147,6 +148,8 @@ def handle_from_row(row: dict[str, Any], bus: EventBus, *, own: bool = True) -> 
         h.value_ref = ResultRef.model_validate_json(row["value_ref"])
     if row.get("attempts"):
         h.attempts = list(json.loads(row["attempts"]))
+    if row.get("notes"):
+        h.notes = list(json.loads(row["notes"]))
     if row.get("accounting"):
         h.accounting = Accounting.model_validate_json(row["accounting"])
     if row["value_json"]:

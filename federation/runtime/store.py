@@ -174,6 +174,14 @@ CREATE TABLE IF NOT EXISTS hooks (
 _EVENTS_BY_RECORD = "CREATE INDEX IF NOT EXISTS events_record ON events(task_id, seq);"
 """Migration 6: one record's history read back (the bus keeps only open records')."""
 
+
+def _task_notes(db: sqlite3.Connection) -> None:
+    """Migration 7: a task's notes (why it was retried, shipped again, ...) kept with its
+    end, so they outlive the handle a finished task no longer holds in memory."""
+    if "notes" not in columns(db, "tasks"):
+        db.execute("ALTER TABLE tasks ADD COLUMN notes TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     _SCHEMA,
     _adopt_unversioned,
@@ -181,6 +189,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _shipping_intents,
     _HOOKS,
     _EVENTS_BY_RECORD,
+    _task_notes,
 )
 """The state store's schema, version by version (``PRAGMA user_version``): append, never
 edit a released step."""

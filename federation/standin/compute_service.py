@@ -148,7 +148,7 @@ class LocalComputeService:
                 pending = [
                     t.result
                     for t in self._tasks.values()
-                    if t.task_group_id == tg and t.result is not None
+                    if t.task_group_id == tg and t.packed is not None
                 ]
             else:
                 pending = []
@@ -200,8 +200,7 @@ class LocalComputeService:
         with self._lock:
             rec = self._tasks.get(task_id)
             if rec is not None:
-                rec.delivered = True
-                rec.taken.set()
+                rec.took()
         if self._memory is not None:
             self._memory.delivered(task_id)
 
@@ -217,7 +216,7 @@ class LocalComputeService:
             open_ids = [
                 t
                 for t in (ep.task_ids if ep else ())
-                if (r := self._tasks.get(t)) is not None and r.result is None and r.delivered
+                if (r := self._tasks.get(t)) is not None and r.packed is None and r.delivered
             ]
         if ep is None or not open_ids:
             return
@@ -236,7 +235,7 @@ class LocalComputeService:
         if not res.is_error and len(res.data) > PAYLOAD_LIMIT_BYTES:
             res = too_large_result(rec.task_id, len(res.data))
         with self._lock:
-            if rec.result is not None:
+            if rec.packed is not None:
                 return  # duplicate delivery
             rec.result, rec.completed_at = res, at
             rec.status = "failed" if res.is_error else "success"
@@ -384,12 +383,13 @@ class LocalComputeService:
                 "status": rec.status,
                 "task_group_id": rec.task_group_id,
             }
-            if rec.result is not None:
-                key = "exception" if rec.result.is_error else "result"
-                view[key] = rec.result.data
+            res = rec.result
+            if res is not None:
+                key = "exception" if res.is_error else "result"
+                view[key] = res.data
                 view["completion_t"] = str(rec.completed_at)
-                if rec.result.details:
-                    view["details"] = rec.result.details
+                if res.details:
+                    view["details"] = res.details
         return view
 
     def _recover(self, tid: str) -> _TaskRecord | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from globus_compute_common import messagepack
 from globus_compute_common.messagepack.message_types import Result
 
 from federation.standin.endpoint_link import EndpointLink
@@ -12,7 +13,12 @@ from federation.standin.endpoint_link import EndpointLink
 __all__ = ["_Endpoint", "_TaskRecord"]
 
 
-@dataclass
+TAKEN = threading.Event()
+TAKEN.set()
+"""Shared by every record once its endpoint took it: a record's own event is freed."""
+
+
+@dataclass(slots=True)
 class _TaskRecord:
     task_id: str
     endpoint_id: str
@@ -21,7 +27,9 @@ class _TaskRecord:
     """What ``GET /v2/tasks/<id>`` reports: ``waiting-for-ep`` until the result, then
     ``success`` or ``failed``, as the real service (its endpoints' heartbeats carry no
     per-task status: ``GlobusComputeEngine.get_status_report`` sends ``task_statuses={}``)."""
-    result: Result | None = None
+    packed: bytes | None = None
+    """The result as the endpoint sent it (messagepack): a few hundred bytes, where the
+    unpacked object costs kilobytes for as long as the service remembers the task."""
     job_id: str | None = None
     started_at: float | None = None
     completed_at: float | None = None
@@ -29,6 +37,24 @@ class _TaskRecord:
     """The endpoint took it (until then it waits in the service's queue)."""
     taken: threading.Event = field(default_factory=threading.Event)
     """Set with ``delivered`` (the embedded service's acknowledgement waits on it)."""
+
+    @property
+    def result(self) -> Result | None:
+        if self.packed is None:
+            return None
+        res = messagepack.unpack(self.packed)
+        assert isinstance(res, Result)
+        return res
+
+    @result.setter
+    def result(self, res: Result | None) -> None:
+        self.packed = None if res is None else messagepack.pack(res)
+
+    def took(self) -> None:
+        """The endpoint took the task: waiters wake, the record's own event is dropped."""
+        self.delivered = True
+        self.taken.set()
+        self.taken = TAKEN
 
 
 @dataclass
