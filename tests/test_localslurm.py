@@ -126,7 +126,10 @@ def test_register_adds_every_partition_account(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(
         accounts, "_user_assocs", lambda env, user: {("delta", "bbka-delta"): "bbka-delta"}
     )
-    monkeypatch.setattr(accounts, "_parallel", lambda cmds, env: ran.append(cmds))
+    monkeypatch.setattr(
+        accounts, "_account_names", lambda env: {"bbka-delta", "bbka-delta-cpu", "root"}
+    )
+    monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
     accounts.register([delta, vista], "me", {})
     assert ran[0] == [["add", "cluster", "vista"]]
     added = {c[2] for c in ran[1]}
@@ -154,6 +157,50 @@ def test_register_adds_every_partition_account(monkeypatch: pytest.MonkeyPatch) 
         ]
     ]
     assert len(ran) == 4
+
+
+def test_register_repairs_a_half_added_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on a fresh machine: concurrent ``add account`` requests left bbka-delta-cpu's
+    association without its account record; ``add user`` then refused it."""
+    ran: list[list[list[str]]] = []
+    delta = load_site("delta")
+    monkeypatch.setattr(accounts, "_clusters", lambda env: {"delta"})
+    monkeypatch.setattr(
+        accounts,
+        "_accounts",
+        lambda env: {("delta", "root"), ("delta", "bbka-delta-cpu"), ("delta", "bbka-delta-gpu")},
+    )
+    monkeypatch.setattr(accounts, "_account_names", lambda env: {"root", "bbka-delta-gpu"})
+    monkeypatch.setattr(
+        accounts,
+        "_user_assocs",
+        lambda env, user: {("delta", "root"): "root", ("delta", "bbka-delta-gpu"): "root"},
+    )
+    monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
+    accounts.register([delta], "me", {})
+    assert ran[0] == [["delete", "account", "bbka-delta-cpu", "cluster=delta"]]
+    assert [c[2] for c in ran[1]] == ["bbka-delta-cpu"]
+    assert ran[2] == [
+        [
+            "add",
+            "user",
+            "me",
+            "account=bbka-delta-cpu",
+            "cluster=delta",
+            "defaultaccount=bbka-delta-cpu",
+        ]
+    ]
+    assert ran[3] == [
+        [
+            "modify",
+            "user",
+            "where",
+            "name=me",
+            "cluster=delta",
+            "set",
+            "defaultaccount=bbka-delta-cpu",
+        ]
+    ]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)

@@ -7,8 +7,11 @@ Idempotent: three queries read what exists and only the missing pieces are added
 ``default_account`` becomes the user's default account on that cluster. Slurm stores account
 names in lowercase (``ASC23000`` -> ``asc23000``), so comparisons are case-insensitive.
 
-Each sacctmgr request costs ~0.2 s on loopback (slurmdbd's small writes meet delayed ACKs),
-so the per-site commands of one step run in parallel.
+Writes run one at a time: slurmdbd does not serialize concurrent ``add account`` requests,
+and two at once can leave an account's association without its account record (``show
+associations`` lists it, ``add user ... account=`` says it does not exist). Such a
+half-added account is found (an association whose account ``show accounts`` lacks), deleted
+and added again. The reads run in parallel (~0.2 s each on loopback).
 """
 
 from __future__ import annotations
@@ -63,27 +66,30 @@ def _accounts(env: Mapping[str, str]) -> set[tuple[str, str]]:
     return {(r[0], r[1].lower()) for r in rows if len(r) >= 2}
 
 
-def _parallel(commands: list[list[str]], env: Mapping[str, str]) -> None:
-    """Run ``sacctmgr -i <args>`` for each command at once; raise if any failed."""
-    procs = [
-        (
-            cmd,
-            subprocess.Popen(
-                [which("sacctmgr"), "-i", *cmd],
-                env=dict(env),
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            ),
-        )
-        for cmd in commands
-    ]
+def _account_names(env: Mapping[str, str]) -> set[str]:
+    """The accounts slurmdbd has a record of (an association alone is not enough)."""
+    out = check_slurm(["sacctmgr", "-nP", "show", "accounts", "format=account"], env).stdout
+    return {line.strip().lower() for line in out.splitlines() if line.strip()}
+
+
+def _each(commands: list[list[str]], env: Mapping[str, str]) -> None:
+    """Run ``sacctmgr -i <args>`` for each command, one after another; raise if any failed."""
     errors = []
-    for cmd, p in procs:
-        out, _ = p.communicate(timeout=60)
-        if p.returncode != 0 and not any(m in out for m in _ALREADY):
-            errors.append(f"`sacctmgr -i {' '.join(cmd)}` (status {p.returncode}): {out.strip()}")
+    for cmd in commands:
+        p = subprocess.run(
+            [which("sacctmgr"), "-i", *cmd],
+            env=dict(env),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+        if p.returncode != 0 and not any(m in p.stdout for m in _ALREADY):
+            errors.append(
+                f"`sacctmgr -i {' '.join(cmd)}` (status {p.returncode}): {p.stdout.strip()}"
+            )
     if errors:
         raise SlurmCommandError("could not register with slurmdbd: " + "; ".join(errors))
 
@@ -95,12 +101,19 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
     Returns the ``sacctmgr`` commands that were run (empty when everything was there).
     """
     full_env = {**os.environ, **env}
-    with ThreadPoolExecutor(3) as pool:  # three queries at once: each waits on the network
+    with ThreadPoolExecutor(4) as pool:  # the queries at once: each waits on the network
         clusters_f = pool.submit(_clusters, full_env)
         accounts_f = pool.submit(_accounts, full_env)
+        names_f = pool.submit(_account_names, full_env)
         assocs_f = pool.submit(_user_assocs, full_env, user)
         clusters, accounts, assocs = clusters_f.result(), accounts_f.result(), assocs_f.result()
+        names = names_f.result()
     steps: list[list[list[str]]] = []
+    half = sorted((c, a) for c, a in accounts if a not in names and a != "root")
+    if half:  # an association left without its account record: delete it, add it again
+        steps.append([["delete", "account", a, f"cluster={c}"] for c, a in half])
+        accounts -= set(half)
+        assocs = {k: v for k, v in assocs.items() if k not in half}
     missing = [s.name for s in sites if s.name not in clusters]
     if missing:
         steps.append([["add", "cluster", ",".join(missing)]])
@@ -148,7 +161,7 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
     # the default's association must exist before it is made the default
     steps += [cmds for cmds in (add_accounts, add_users, set_defaults) if cmds]
     for cmds in steps:
-        _parallel(cmds, full_env)
+        _each(cmds, full_env)
     done = [" ".join(c) for cmds in steps for c in cmds]
     if done:
         logger.info("slurmdbd registrations: %s", "; ".join(done))
