@@ -177,3 +177,45 @@ def test_a_cancelled_deadline_frees_what_it_holds() -> None:
         assert fired.wait(5), "a deadline due now still fires after compaction"
     finally:
         timers.close()
+
+
+def test_a_start_seen_while_the_task_ends_never_overwrites_the_end(tmp_path: Path) -> None:
+    """Seen in a 3,000-task run: the start's write of ``running`` landed after the end's
+    ``completed`` (the two moves ran in two threads), so the released task read back as
+    open and ``get_result`` called it unknown. One move of a task at a time."""
+    gate = threading.Event()
+    site = ThreadSite(load_sites(["local"])[0], gate=gate)
+    store = Store(tmp_path / "coordinator.db")
+    c = FixedCoordinator([site], store=store)
+    site.coord = c
+    try:
+        h = c.submit_task(PythonTask(square, (3,)), ENV)
+        paused, go_on = threading.Event(), threading.Event()
+        write = store.update_task
+
+        def slow_start(task_id: str, **fields: object) -> None:
+            if fields.get("state") == "running":
+                paused.set()
+                go_on.wait(10)
+            write(task_id, **fields)
+
+        store.update_task = slow_start  # type: ignore[method-assign]
+        life = c._lifecycle
+        starting = threading.Thread(target=life.start, args=(h, "7"))
+        starting.start()
+        assert paused.wait(10)
+        ending = threading.Thread(target=life.complete, args=(h, 9))
+        ending.start()
+        ending.join(0.3)
+        go_on.set()
+        starting.join(10)
+        ending.join(10)
+        assert store.task(h.id)["state"] == "completed"  # type: ignore[index]
+        back = c.task(h.id)
+        assert back is not None and back.state == "completed" and back.value == 9
+        assert c.get_result(h.id, timeout_s=0).value == 9
+        kinds = [e.kind for e in c.history(h.id)]
+        assert kinds == ["task.queued", "task.started", "task.completed"], kinds
+    finally:
+        gate.set()
+        c.close()

@@ -210,6 +210,15 @@ class EventBus:
                 self._by_task.pop(task_id, None)
 
     def emit(self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any) -> Event:
+        ev, subs = self.record(kind, task_id, site, **detail)
+        self.deliver(ev, subs)
+        return ev
+
+    def record(
+        self, kind: EventKind, task_id: str, site: str | None = None, **detail: Any
+    ) -> tuple[Event, list[Any]]:
+        """Number, persist and log an event (waiting cursors wake); the subscribers to
+        :meth:`deliver` it to, outside whatever lock the caller holds."""
         with self._lock:
             owner = self._owner(task_id) or self._owners.setdefault(task_id, DEFAULT_OWNER)
             ev = Event(
@@ -233,10 +242,14 @@ class EventBus:
             self._append(self._owner_log.setdefault(owner, []), ev)
             subs = [*self._by_task.get(task_id, ()), *self._all]
             self._changed.notify_all()
+        return ev, subs
+
+    @staticmethod
+    def deliver(ev: Event, subs: list[Any]) -> None:
+        """Call each subscriber with ``ev`` (what :meth:`record` returned)."""
         for sub in subs:
             with sub.lock:
                 sub.call(ev)
-        return ev
 
     def _append(self, log: list[Event], ev: Event) -> None:
         log.append(ev)

@@ -163,6 +163,8 @@ class TaskHandle:
     error: str | None = None
     remote_traceback: str = ""
     _done: threading.Event = field(default_factory=threading.Event)
+    moving: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    """Held for one state move, check to event (:meth:`Lifecycle.transition`)."""
     _recovered_compute_id: str | None = None
     _reattaches: int = 0
     """Times its result stream was lost and it was re-attached (bounded)."""

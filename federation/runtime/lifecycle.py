@@ -69,20 +69,27 @@ class Lifecycle:
     ) -> bool:
         """Move ``h`` to ``to``: check the move (and ``guard``) and run ``update`` under the
         lock, then ``persist``, ``then`` (e.g. register the handle), and emit ``kind`` with
-        ``detail()``. False, doing nothing more, when the move is not allowed now."""
-        with self.reg.lock:
-            if guard is not None and not guard():
-                return False
-            if to not in TRANSITIONS[self.current(h)]:
-                return False
-            if update is not None:
-                update()
-            h.state = to
-        if persist is not None:
-            persist()
-        if then is not None:
-            then()
-        self.rt.events.emit(kind, h.id, h.site, **detail())
+        ``detail()``. False, doing nothing more, when the move is not allowed now.
+
+        One move of a task at a time, from the check to the event's number (``h.moving``):
+        a start seen while the task ends is either recorded, persisted and numbered before
+        the end, or refused, never persisted over the end nor numbered after it. The
+        subscribers are called after (they may move other tasks)."""
+        with h.moving:
+            with self.reg.lock:
+                if guard is not None and not guard():
+                    return False
+                if to not in TRANSITIONS[self.current(h)]:
+                    return False
+                if update is not None:
+                    update()
+                h.state = to
+            if persist is not None:
+                persist()
+            if then is not None:
+                then()
+            ev, subs = self.rt.events.record(kind, h.id, h.site, **detail())
+        self.rt.events.deliver(ev, subs)
         if to in ("completed", "failed"):
             self.release(h)
         return True
