@@ -69,6 +69,11 @@ class EngineSlot:
     last_used: float = field(default_factory=time.monotonic)
     tagged: bool = False
     """Made for one tagged task (its config names the batch job): done once it is idle."""
+    submitting: threading.Lock = field(default_factory=threading.Lock)
+    """One ``engine.submit`` at a time, as the real endpoint's one task-processing thread
+    calls it: the engine's executor sends on a ZeroMQ socket, which is not thread-safe
+    (tasks submitted at once as a new engine came up were lost: one never reached the
+    interchange and stayed 'received' forever)."""
 
 
 def _error_result(task_id: str, code: str, message: str) -> bytes:
@@ -292,7 +297,8 @@ class SiteEndpoint:
             self._db.commit()
         fut.add_done_callback(lambda f: self._finish(task_id, slot, f.result()))
         try:
-            slot.engine.submit(fut, packed_task, resource_specification={})
+            with slot.submitting:
+                slot.engine.submit(fut, packed_task, resource_specification={})
         except Exception as e:
             if not fut.done():
                 self._finish(task_id, slot, _error_result(task_id, "SUBMIT_FAILED", str(e)))
