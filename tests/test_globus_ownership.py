@@ -16,7 +16,6 @@ No Slurm: the sites run tasks on threads (tests/inprocess.py).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,17 +24,13 @@ from typing import Any
 
 import anyio
 import httpx
-import httpx2
 import pytest
 import responses
 import typer
 from globus_auth_standin import SCOPE, SECRET_ENV, GlobusAuth, Person, globus_token, settings
 from inprocess import FixedCoordinator, ThreadSite
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from test_ownership import (
     DONE,
-    ID_ARG,
     NOT_FOUND,
     QUEUED,
     RECORD_ROUTES,
@@ -43,10 +38,13 @@ from test_ownership import (
     _gap_free,
     _guesses,
     _kind_of,
+    _mcp,
     _path,
     _same_body,
     _submit,
+    _text,
     _wait,
+    check_mcp_record_tool_refuses_bob,
 )
 from typer.testing import CliRunner
 
@@ -81,6 +79,9 @@ class World:
     audit: AuditLog
     home: Path
     alice: dict[str, str] = field(default_factory=dict)
+
+    def token(self, who: str) -> str:
+        return self.people[who].token
 
     def http(self, who: str) -> httpx.Client:
         token = self.people[who].token
@@ -293,41 +294,9 @@ def test_held_tasks_are_decided_by_a_globus_operator_only(world: World) -> None:
 # --- MCP over HTTP ------------------------------------------------------------------------------
 
 
-async def _mcp(world: World, who: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    headers = {"Authorization": f"Bearer {world.people[who].token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30)) as http,
-        streamable_http_client(world.mcp_url, http_client=http) as (r, w),
-        ClientSession(r, w) as s,
-    ):
-        await s.initialize()
-        return [await s.call_tool(name, args) for name, args in calls]
-
-
-def _text(res: Any) -> str:
-    return str(res.content[0].text)
-
-
 @pytest.mark.parametrize("tool", sorted(RECORD_TOOLS))
 def test_mcp_record_tools_refuse_another_globus_callers_ids(world: World, tool: str) -> None:
-    kind = RECORD_TOOLS[tool]
-    if kind == "queued":
-        with world.http("alice") as alice:
-            rid = _submit(alice, QUEUED)["task_id"]
-    else:
-        rid = world.alice[kind]
-    arg = ID_ARG[kind]
-    calls = [(tool, {arg: rid})] + [(tool, {arg: g}) for g in _guesses(rid)]
-    results = anyio.run(_mcp, world, "bob", calls)
-    for (_, args), res in zip(calls, results, strict=True):
-        assert res.is_error, (args, res.content)
-        assert re.search(r"\bunknown_(task|group|transfer): ", _text(res)), _text(res)
-        assert _text(res).replace(args[arg], "ID") == _text(results[0]).replace(rid, "ID")
-    if kind == "queued":
-        with world.http("alice") as alice:
-            assert alice.get(f"/v1/tasks/{rid}").json()["state"] == "queued"
-    (mine,) = anyio.run(_mcp, world, "alice", [(tool, {arg: rid})])
-    assert not mine.is_error, _text(mine)
+    check_mcp_record_tool_refuses_bob(world, tool)
 
 
 def test_mcp_await_event_and_submissions_belong_to_the_globus_caller(world: World) -> None:

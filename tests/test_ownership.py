@@ -125,6 +125,9 @@ class World:
     alice: dict[str, str] = field(default_factory=dict)
     """Alice's records by kind: task (done), queued (a task still queued), group, transfer."""
 
+    def token(self, who: str) -> str:
+        return self.tokens[who]
+
     def http(self, who: str) -> httpx.Client:
         return httpx.Client(
             base_url=self.base, headers={"Authorization": f"Bearer {self.tokens[who]}"}, timeout=30
@@ -492,8 +495,9 @@ def test_operator_routes_refuse_callers(world: World) -> None:
 # --- MCP: over HTTP (per token) and over stdio ------------------------------------------------
 
 
-async def _mcp(world: World, who: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    headers = {"Authorization": f"Bearer {world.tokens[who]}"}
+async def _mcp(world: Any, who: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """``calls`` through the MCP server over HTTP, as ``who`` (``world.token(who)``)."""
+    headers = {"Authorization": f"Bearer {world.token(who)}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30)) as http,
         streamable_http_client(world.mcp_url, http_client=http) as (r, w),
@@ -507,8 +511,9 @@ def _text(res: Any) -> str:
     return str(res.content[0].text)
 
 
-@pytest.mark.parametrize("tool", sorted(RECORD_TOOLS))
-def test_mcp_http_record_tools_refuse_another_callers_ids(world: World, tool: str) -> None:
+def check_mcp_record_tool_refuses_bob(world: Any, tool: str) -> tuple[str, Any]:
+    """Bob's MCP calls of ``tool`` with Alice's record id (and made-up ones) are refused
+    alike; Alice's own call works. Returns the record's kind and her call's result."""
     kind = RECORD_TOOLS[tool]
     if kind == "queued":
         with world.http("alice") as alice:
@@ -528,6 +533,12 @@ def test_mcp_http_record_tools_refuse_another_callers_ids(world: World, tool: st
             assert alice.get(f"/v1/tasks/{rid}").json()["state"] == "queued"
     (mine,) = anyio.run(_mcp, world, "alice", [(tool, {arg: rid})])
     assert not mine.is_error, _text(mine)
+    return kind, mine
+
+
+@pytest.mark.parametrize("tool", sorted(RECORD_TOOLS))
+def test_mcp_http_record_tools_refuse_another_callers_ids(world: World, tool: str) -> None:
+    kind, mine = check_mcp_record_tool_refuses_bob(world, tool)
     if kind == "queued":
         assert mine.structured_content["cancelled"] is True
 

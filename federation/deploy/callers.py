@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import globus_sdk
 from globus_compute_sdk import Client
@@ -36,11 +36,28 @@ from federation.sites.cloud import CloudSite
 from federation.sites.compute import ExecutorFactory, cloud_executor
 
 if TYPE_CHECKING:
-    from federation.deploy.config import FederationConfig
     from federation.sites.backend import SiteBackend
-    from federation.transfer import TransferBackend
+    from federation.sites.globus_auth import AuthSettings
+    from federation.transfer import GlobusCollection, TransferBackend
 
 logger = logging.getLogger(__name__)
+
+
+class CallerConfig(Protocol):
+    """What :class:`CallerSiteSets` reads of the deployment's configuration
+    (:class:`~federation.deploy.config.FederationConfig`, which builds it), named here so
+    the two modules do not import each other."""
+
+    @property
+    def auth(self) -> AuthSettings: ...
+
+    @property
+    def sites(self) -> Mapping[str, Any]: ...
+
+    def by_backend(self, backend: str) -> list[str]: ...
+
+    def collections(self) -> Mapping[str, GlobusCollection]: ...
+
 
 StartListener = Callable[[str, str | None], None]
 
@@ -80,7 +97,7 @@ class CallerSiteSets:
 
     def __init__(
         self,
-        config: FederationConfig,
+        config: CallerConfig,
         callers: GlobusCallers,
         task_group_id: uuid.UUID,
         *,
