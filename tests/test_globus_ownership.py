@@ -45,6 +45,7 @@ from test_ownership import (
     _text,
     _wait,
     check_mcp_record_tool_refuses_bob,
+    seed_records,
 )
 from typer.testing import CliRunner
 
@@ -146,35 +147,7 @@ def _world(home: Path, secret_registry: Any) -> Iterator[World]:
     )
     with running(create_app(coord, callers, ops=ops)) as base, running(mcp_app) as mcp_base:
         w = World(base, f"{mcp_base}/mcp", people, coord, callers, auth, audit, home)
-        with w.http("alice") as a:
-            done = _submit(a, DONE, 4)
-            queued = _submit(a, QUEUED, 5)
-            g = a.post(
-                "/v1/groups",
-                json={"children": [{"function": "square", "args": [1], "envelope": DONE}]},
-            )
-            assert g.status_code == 202, g.text
-            t = a.post(
-                "/v1/transfers",
-                json={
-                    "source_site": "local",
-                    "source_path": "alice.txt",
-                    "dest_site": "delta",
-                    "dest_path": "from-alice.txt",
-                },
-            )
-            assert t.status_code == 202, t.text
-            w.alice = {
-                "task": done["task_id"],
-                "queued": queued["task_id"],
-                "group": g.json()["group_id"],
-                "transfer": t.json()["transfer_id"],
-            }
-            ids = {done["task_id"], g.json()["group_id"], t.json()["transfer_id"]}
-            _wait(a, 0, ids, {"task.completed", "group.round_terminal", "transfer.completed"})
-        with w.http("bob") as b:
-            mine = _submit(b, DONE, 6)
-            _wait(b, mine["cursor"], {mine["task_id"]}, {"task.completed"})
+        seed_records(w)
         yield w
         ops.close()
     coord.close()

@@ -141,6 +141,40 @@ class World:
         return [r for r in rows if r.decision == "operator_access"]
 
 
+def seed_records(w: Any) -> None:
+    """Alice's records of every kind (``w.alice``: a finished task, a queued one, a group,
+    a transfer) and one finished task of Bob's, all through the service."""
+    with w.http("alice") as a:
+        done = _submit(a, DONE, 4)
+        queued = _submit(a, QUEUED, 5)
+        g = a.post(
+            "/v1/groups",
+            json={"children": [{"function": "square", "args": [1], "envelope": DONE}]},
+        )
+        assert g.status_code == 202, g.text
+        t = a.post(
+            "/v1/transfers",
+            json={
+                "source_site": "local",
+                "source_path": "alice.txt",
+                "dest_site": "delta",
+                "dest_path": "from-alice.txt",
+            },
+        )
+        assert t.status_code == 202, t.text
+        w.alice = {
+            "task": done["task_id"],
+            "queued": queued["task_id"],
+            "group": g.json()["group_id"],
+            "transfer": t.json()["transfer_id"],
+        }
+        ids = {done["task_id"], g.json()["group_id"], t.json()["transfer_id"]}
+        _wait(a, 0, ids, {"task.completed", "group.round_terminal", "transfer.completed"})
+    with w.http("bob") as b:
+        mine = _submit(b, DONE, 6)
+        _wait(b, mine["cursor"], {mine["task_id"]}, {"task.completed"})
+
+
 def _submit(c: httpx.Client, envelope: dict[str, Any], x: int = 3) -> dict[str, Any]:
     r = c.post("/v1/tasks", json={"function": "square", "args": [x], "envelope": envelope})
     assert r.status_code == 202, r.text
@@ -197,35 +231,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     )
     with running(create_app(coord, tokens, ops=ops)) as base, running(mcp_app) as mcp_base:
         w = World(base, f"{mcp_base}/mcp", issued, coord, ops, audit, home)
-        with w.http("alice") as a:
-            done = _submit(a, DONE, 4)
-            queued = _submit(a, QUEUED, 5)
-            g = a.post(
-                "/v1/groups",
-                json={"children": [{"function": "square", "args": [1], "envelope": DONE}]},
-            )
-            assert g.status_code == 202, g.text
-            t = a.post(
-                "/v1/transfers",
-                json={
-                    "source_site": "local",
-                    "source_path": "alice.txt",
-                    "dest_site": "delta",
-                    "dest_path": "from-alice.txt",
-                },
-            )
-            assert t.status_code == 202, t.text
-            w.alice = {
-                "task": done["task_id"],
-                "queued": queued["task_id"],
-                "group": g.json()["group_id"],
-                "transfer": t.json()["transfer_id"],
-            }
-            ids = {done["task_id"], g.json()["group_id"], t.json()["transfer_id"]}
-            _wait(a, 0, ids, {"task.completed", "group.round_terminal", "transfer.completed"})
-        with w.http("bob") as b:
-            mine = _submit(b, DONE, 6)
-            _wait(b, mine["cursor"], {mine["task_id"]}, {"task.completed"})
+        seed_records(w)
         yield w
     coord.close()
     store.close()
