@@ -115,92 +115,88 @@ def test_partition_accounts_when_enforced(spec: SiteSpec, tmp_path: Path) -> Non
             assert "AllowAccounts" not in line
 
 
-def test_register_adds_every_partition_account(monkeypatch: pytest.MonkeyPatch) -> None:
+def _register(
+    monkeypatch: pytest.MonkeyPatch,
+    sites: list[SiteSpec],
+    *,
+    clusters: set[str],
+    assocs: set[tuple[str, str]],
+    names: set[str],
+    user_assocs: dict[tuple[str, str], str],
+) -> list[list[list[str]]]:
+    """The sacctmgr writes ``register`` makes, step by step, against slurmdbd holding
+    ``clusters``, account ``assocs`` and account records ``names``, with the user's
+    associations ``user_assocs`` ((cluster, account) -> default account)."""
     ran: list[list[list[str]]] = []
-    delta, vista = load_site("delta"), load_site("vista")
-    monkeypatch.setattr(accounts, "_clusters", lambda env: {"delta"})
-    monkeypatch.setattr(
-        accounts, "_accounts", lambda env: {("delta", "bbka-delta"), ("delta", "bbka-delta-cpu")}
-    )
-    # the user is associated with an account Delta no longer charges, and it is the default
-    monkeypatch.setattr(
-        accounts, "_user_assocs", lambda env, user: {("delta", "bbka-delta"): "bbka-delta"}
-    )
-    monkeypatch.setattr(
-        accounts, "_account_names", lambda env: {"bbka-delta", "bbka-delta-cpu", "root"}
-    )
+    monkeypatch.setattr(accounts, "_clusters", lambda env: clusters)
+    monkeypatch.setattr(accounts, "_accounts", lambda env: set(assocs))
+    monkeypatch.setattr(accounts, "_account_names", lambda env: names)
+    monkeypatch.setattr(accounts, "_user_assocs", lambda env, user: dict(user_assocs))
     monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
-    accounts.register([delta, vista], "me", {})
+    accounts.register(sites, "me", {})
+    return ran
+
+
+def _add_user(accounts_: str, cluster: str, default: str) -> list[str]:
+    return [
+        "add",
+        "user",
+        "me",
+        f"account={accounts_}",
+        f"cluster={cluster}",
+        f"defaultaccount={default}",
+    ]
+
+
+def _set_default(cluster: str, default: str) -> list[str]:
+    return [
+        "modify",
+        "user",
+        "where",
+        "name=me",
+        f"cluster={cluster}",
+        "set",
+        f"defaultaccount={default}",
+    ]
+
+
+def test_register_adds_every_partition_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _register(
+        monkeypatch,
+        [load_site("delta"), load_site("vista")],
+        clusters={"delta"},
+        assocs={("delta", "bbka-delta"), ("delta", "bbka-delta-cpu")},
+        names={"bbka-delta", "bbka-delta-cpu", "root"},
+        # the user is associated with an account Delta no longer charges, and it is the default
+        user_assocs={("delta", "bbka-delta"): "bbka-delta"},
+    )
     assert ran[0] == [["add", "cluster", "vista"]]
     added = {c[2] for c in ran[1]}
     assert added == {"bbka-delta-gpu", "asc23000"}  # bbka-delta-cpu existed
     assert sorted(ran[2]) == [
-        ["add", "user", "me", "account=asc23000", "cluster=vista", "defaultaccount=asc23000"],
-        [
-            "add",
-            "user",
-            "me",
-            "account=bbka-delta-cpu,bbka-delta-gpu",
-            "cluster=delta",
-            "defaultaccount=bbka-delta-cpu",
-        ],
+        _add_user("asc23000", "vista", "asc23000"),
+        _add_user("bbka-delta-cpu,bbka-delta-gpu", "delta", "bbka-delta-cpu"),
     ]
-    assert ran[3] == [
-        [
-            "modify",
-            "user",
-            "where",
-            "name=me",
-            "cluster=delta",
-            "set",
-            "defaultaccount=bbka-delta-cpu",
-        ]
-    ]
+    assert ran[3] == [_set_default("delta", "bbka-delta-cpu")]
     assert len(ran) == 4
 
 
 def test_register_repairs_a_half_added_account(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seen on a fresh machine: concurrent ``add account`` requests left bbka-delta-cpu's
     association without its account record; ``add user`` then refused it."""
-    ran: list[list[list[str]]] = []
-    delta = load_site("delta")
-    monkeypatch.setattr(accounts, "_clusters", lambda env: {"delta"})
-    monkeypatch.setattr(
-        accounts,
-        "_accounts",
-        lambda env: {("delta", "root"), ("delta", "bbka-delta-cpu"), ("delta", "bbka-delta-gpu")},
+    ran = _register(
+        monkeypatch,
+        [load_site("delta")],
+        clusters={"delta"},
+        assocs={("delta", "root"), ("delta", "bbka-delta-cpu"), ("delta", "bbka-delta-gpu")},
+        names={"root", "bbka-delta-gpu"},
+        user_assocs={("delta", "root"): "root", ("delta", "bbka-delta-gpu"): "root"},
     )
-    monkeypatch.setattr(accounts, "_account_names", lambda env: {"root", "bbka-delta-gpu"})
-    monkeypatch.setattr(
-        accounts,
-        "_user_assocs",
-        lambda env, user: {("delta", "root"): "root", ("delta", "bbka-delta-gpu"): "root"},
-    )
-    monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
-    accounts.register([delta], "me", {})
     assert ran[0] == [["delete", "account", "bbka-delta-cpu", "cluster=delta"]]
     assert [c[2] for c in ran[1]] == ["bbka-delta-cpu"]
-    assert ran[2] == [
-        [
-            "add",
-            "user",
-            "me",
-            "account=bbka-delta-cpu",
-            "cluster=delta",
-            "defaultaccount=bbka-delta-cpu",
-        ]
-    ]
-    assert ran[3] == [
-        [
-            "modify",
-            "user",
-            "where",
-            "name=me",
-            "cluster=delta",
-            "set",
-            "defaultaccount=bbka-delta-cpu",
-        ]
-    ]
+    assert ran[2] == [_add_user("bbka-delta-cpu", "delta", "bbka-delta-cpu")]
+    assert ran[3] == [_set_default("delta", "bbka-delta-cpu")]
+    assert len(ran) == 4
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
