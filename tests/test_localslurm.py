@@ -26,6 +26,7 @@ from federation.localslurm.topology import (
     ClusterSpec,
     cluster_spec,
     node_name,
+    site_partition_qos,
     slurm_duration,
 )
 
@@ -123,11 +124,20 @@ def _register(
     assocs: set[tuple[str, str]],
     names: set[str],
     user_assocs: dict[tuple[str, str], str],
+    qos: dict[str, tuple[int | None, int | None]] | None = None,
 ) -> list[list[list[str]]]:
     """The sacctmgr writes ``register`` makes, step by step, against slurmdbd holding
     ``clusters``, account ``assocs`` and account records ``names``, with the user's
-    associations ``user_assocs`` ((cluster, account) -> default account)."""
+    associations ``user_assocs`` ((cluster, account) -> default account) and the QOS
+    ``qos`` (name -> per-user limits; default: every partition QOS, as the sites set it)."""
+    if qos is None:
+        qos = {
+            q.name: (q.max_jobs_per_user, q.max_submit_jobs_per_user)
+            for s in sites
+            for q in site_partition_qos(s)
+        }
     ran: list[list[list[str]]] = []
+    monkeypatch.setattr(accounts, "_qos_limits", lambda env: dict(qos))
     monkeypatch.setattr(accounts, "_clusters", lambda env: clusters)
     monkeypatch.setattr(accounts, "_accounts", lambda env: set(assocs))
     monkeypatch.setattr(accounts, "_account_names", lambda env: names)
@@ -501,8 +511,11 @@ def test_vista_gpu_partition_needs_no_gpu_request(
 def test_squeue_start_estimate_behind_full_partition(
     fed: LocalFederation, jobs: list[tuple[str, str]]
 ) -> None:
-    common = ["--partition=gh-dev", "--exclusive", "--time=2", "--output=/dev/null"]
-    _sbatch(fed, "vista", [*common, "--wrap", "sleep 60"], jobs)
+    # gg, whose two nodes one job fills: gh-dev runs one job per user (its QOS), and a job
+    # held back by a QOS limit gets no start estimate
+    common = ["--partition=gg", "--exclusive", "--time=2", "--output=/dev/null"]
+    nodes = load_site("vista").partition("gg").nodes_local
+    _sbatch(fed, "vista", [*common, f"--nodes={nodes}", "--wrap", "sleep 60"], jobs)
     waiter = _sbatch(fed, "vista", [*common, "--wrap", "true"], jobs)
     deadline, start = time.monotonic() + 15, "N/A"
     while time.monotonic() < deadline:

@@ -44,7 +44,12 @@ SCHEDULER_OPTION_RE = r"^--[a-z][a-z0-9-]*(?:=[A-Za-z0-9_.,:&|=+-]+)?$"
 
 
 class PartitionSpec(Frozen):
-    """One Slurm partition of a site, as the site describes it."""
+    """One Slurm partition of a site, as the site describes it.
+
+    The per-user job limits are counts of batch jobs (an array task counts as one job) that
+    one user may hold in this partition at once, as the site's queue table gives them; the
+    local cluster enforces them with a partition QOS (``federation.localslurm``).
+    """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     nodes_real: int = Field(gt=0, description="node count of the production partition")
@@ -75,6 +80,19 @@ class PartitionSpec(Frozen):
     min_charge_hours: float = Field(
         default=0.0, ge=0, description="least hours billed per job (Vista: 0.25)"
     )
+    max_running_jobs_per_user: int | None = Field(
+        default=None,
+        gt=0,
+        description="jobs one user may have running here at once; more wait in the queue "
+        "(Slurm QOS MaxJobsPerUser; Vista gh: 20); None: the site publishes no limit",
+    )
+    max_submitted_jobs_per_user: int | None = Field(
+        default=None,
+        gt=0,
+        description="jobs one user may have here at once, running and pending together; "
+        "sbatch refuses one more (Slurm QOS MaxSubmitJobsPerUser; Vista gh: 40); None: no "
+        "published limit",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +107,12 @@ class PartitionSpec(Frozen):
             raise ValueError(f"partition {self.name}: gpus_per_node and gpu_type go together")
         if self.charge_unit == "gpu-hours" and not self.gpus_per_node:
             raise ValueError(f"partition {self.name}: gpu-hours charged but it has no GPUs")
+        running, submitted = self.max_running_jobs_per_user, self.max_submitted_jobs_per_user
+        if running is not None and submitted is not None and running > submitted:
+            raise ValueError(
+                f"partition {self.name}: max_running_jobs_per_user ({running}) exceeds "
+                f"max_submitted_jobs_per_user ({submitted}), which counts running jobs too"
+            )
         for opt in self.scheduler_options:
             if not re.match(SCHEDULER_OPTION_RE, opt):
                 raise ValueError(

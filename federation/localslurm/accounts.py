@@ -1,4 +1,5 @@
-"""Register clusters, each site's accounts and the current user with slurmdbd.
+"""Register clusters, each site's accounts, the current user and the partition QOS with
+slurmdbd.
 
 Every account a site charges is registered (``SiteSpec.accounts``: Delta's ``-cpu`` and
 ``-gpu``, Anvil's ``-gpu`` and ``-ai``) with a user association, so slurm.conf's
@@ -12,6 +13,11 @@ and two at once can leave an account's association without its account record (`
 associations`` lists it, ``add user ... account=`` says it does not exist). Such a
 half-added account is found (an association whose account ``show accounts`` lacks), deleted
 and added again. The reads run in parallel (~0.2 s each on loopback).
+
+Each partition QOS (``topology.site_partition_qos``: the site's per-user job limits, e.g.
+``vista-gh`` with ``MaxJobsPerUser=20 MaxSubmitJobsPerUser=40``) is added if missing and
+modified if its limits differ, before any slurmctld whose slurm.conf names it starts. A QOS
+a partition no longer has is left in slurmdbd, unused.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from federation.core.spec import SiteSpec
 from federation.localslurm.binaries import which
 from federation.localslurm.commands import check_slurm
 from federation.localslurm.errors import SlurmCommandError
+from federation.localslurm.topology import PartitionQos, site_partition_qos
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +79,35 @@ def _account_names(env: Mapping[str, str]) -> set[str]:
     return {line.strip().lower() for line in out.splitlines() if line.strip()}
 
 
+def _qos_limits(env: Mapping[str, str]) -> dict[str, tuple[int | None, int | None]]:
+    """QOS name -> its (MaxJobsPerUser, MaxSubmitJobsPerUser); None where unset."""
+    out = check_slurm(
+        ["sacctmgr", "-nP", "show", "qos", "format=name,maxjobspu,maxsubmitpu"], env
+    ).stdout
+    rows = (line.split("|") for line in out.splitlines() if line.strip())
+    return {
+        r[0].lower(): (int(r[1]) if r[1] else None, int(r[2]) if r[2] else None)
+        for r in rows
+        if len(r) >= 3
+    }
+
+
+def _qos_commands(
+    sites: Sequence[SiteSpec], existing: Mapping[str, tuple[int | None, int | None]]
+) -> list[list[str]]:
+    """``add qos`` for each partition QOS slurmdbd lacks, ``modify qos`` for one whose
+    limits differ from the site's."""
+    cmds: list[list[str]] = []
+    wanted: dict[str, PartitionQos] = {q.name: q for s in sites for q in site_partition_qos(s)}
+    for name, q in sorted(wanted.items()):
+        have = existing.get(name)
+        if have is None:
+            cmds.append(["add", "qos", name, *q.sacctmgr_limits()])
+        elif have != (q.max_jobs_per_user, q.max_submit_jobs_per_user):
+            cmds.append(["modify", "qos", "where", f"name={name}", "set", *q.sacctmgr_limits("-1")])
+    return cmds
+
+
 def _each(commands: list[list[str]], env: Mapping[str, str]) -> None:
     """Run ``sacctmgr -i <args>`` for each command, one after another; raise if any failed."""
     errors = []
@@ -95,20 +131,24 @@ def _each(commands: list[list[str]], env: Mapping[str, str]) -> None:
 
 
 def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> list[str]:
-    """Make sure every site's cluster, account and user association exist.
+    """Make sure every site's cluster, account, user association and partition QOS exist.
 
     ``env`` must name a slurm.conf whose accounting settings point at the slurmdbd.
     Returns the ``sacctmgr`` commands that were run (empty when everything was there).
     """
     full_env = {**os.environ, **env}
-    with ThreadPoolExecutor(4) as pool:  # the queries at once: each waits on the network
+    with ThreadPoolExecutor(5) as pool:  # the queries at once: each waits on the network
         clusters_f = pool.submit(_clusters, full_env)
         accounts_f = pool.submit(_accounts, full_env)
         names_f = pool.submit(_account_names, full_env)
         assocs_f = pool.submit(_user_assocs, full_env, user)
+        qos_f = pool.submit(_qos_limits, full_env)
         clusters, accounts, assocs = clusters_f.result(), accounts_f.result(), assocs_f.result()
-        names = names_f.result()
+        names, qos = names_f.result(), qos_f.result()
     steps: list[list[list[str]]] = []
+    qos_cmds = _qos_commands(sites, qos)
+    if qos_cmds:  # QOS belong to no cluster: nothing else has to exist first
+        steps.append(qos_cmds)
     half = sorted((c, a) for c, a in accounts if a not in names and a != "root")
     if half:  # an association left without its account record: delete it, add it again
         steps.append([["delete", "account", a, f"cluster={c}"] for c, a in half])

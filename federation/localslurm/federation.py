@@ -13,7 +13,7 @@ import pwd
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -132,8 +132,8 @@ class LocalFederation:
         self._check_installed()
         with self._locked():
             timer = _Timer()
-            started = self._up_shared(timer)
-            started += self._up_clusters(timer, timeout_s)
+            started, rewritten = self._up_shared(timer)
+            started += self._up_clusters(timer, timeout_s, rewritten)
             steps = timer.total()
         if started:
             logger.info(
@@ -219,7 +219,9 @@ class LocalFederation:
             munge.daemon(self.layout),
         ]
 
-    def _up_shared(self, timer: _Timer) -> list[str]:
+    def _up_shared(self, timer: _Timer) -> tuple[list[str], set[str]]:
+        """Start munged, mariadbd and slurmdbd and register with slurmdbd; returns the
+        started daemons and the clusters whose configs the registration rewrote."""
         lay = self.layout
         munge.prepare(lay)
         mariadb.prepare(lay, self.user)
@@ -237,24 +239,40 @@ class LocalFederation:
             slurmdbd.wait_ready(dbd, self.ports)
             started.append(dbd.name)
         timer.mark("slurmdbd")
-        self._register_accounts()
+        rewritten = self._register_accounts()
         timer.mark("accounts")
-        return started
+        return started, rewritten
 
-    def _register_accounts(self) -> None:
+    def _register_accounts(self) -> set[str]:
+        """Register with slurmdbd unless the stamp says it is done; returns the clusters
+        whose configs were rewritten for it (a running one must still be restarted)."""
         stamp = mariadb.data_dir(self.layout) / "federation-accounts"
-        want = "\n".join(sorted(f"{s.name} {' '.join(s.accounts)} {self.user}" for s in self.specs))
+        want = "\n".join(
+            sorted(f"{s.name} {' '.join(s.accounts)} {self.user}" for s in self.specs)
+            + [  # a changed limit is registered again, as a new account would be
+                f"qos {q.name} {q.max_jobs_per_user} {q.max_submit_jobs_per_user}"
+                for c in self.clusters.values()
+                for q in c.spec.partition_qos
+            ]
+        )
         if stamp.exists() and stamp.read_text() == want:
-            return
+            return set()
         first = next(iter(self.clusters.values()))
-        first.write_configs()  # sacctmgr needs a slurm.conf naming the slurmdbd
+        # sacctmgr needs a slurm.conf naming the slurmdbd
+        rewritten = {first.name} if first.write_configs() else set()
         accounts.register(self.specs, self.user, first.env())
         stamp.write_text(want)
+        return rewritten
 
-    def _up_clusters(self, timer: _Timer, timeout_s: float) -> list[str]:
+    def _up_clusters(
+        self, timer: _Timer, timeout_s: float, rewritten: Collection[str] = ()
+    ) -> list[str]:
+        """Write each cluster's configs and start its daemons; a running cluster whose
+        configs changed (now, or in ``rewritten`` earlier in this ``up``) is restarted."""
         clusters = list(self.clusters.values())
         for c in clusters:
-            if c.write_configs() and any(d.running() for d in c.daemons()):
+            changed = c.write_configs() or c.name in rewritten
+            if changed and any(d.running() for d in c.daemons()):
                 logger.info("%s: configuration changed, restarting the cluster", c.name)
                 _stop_all(c.slurmds())
                 _stop_all([c.ctld()])

@@ -4,6 +4,13 @@ The same description as the site's endpoint config: each node carries the featur
 partition's ``--constraint`` names (Delta's ``scratch``), so the constrained jobs schedule;
 GPUs stay in gres.conf (backed by /dev/null), which ``--gpus-per-node`` needs. Vista's GPUs
 are implied by the partition, so its jobs ask for none and get none locally.
+
+A partition with per-user job limits (``PartitionSpec.max_running_jobs_per_user`` and
+``max_submitted_jobs_per_user``) gets a partition QOS named ``<site>-<partition slug>``
+(``vista-gh``) that carries them, as Vista's ``qlimits`` shows its queues' MaxJobsPU and
+MaxSubmit: slurm.conf names it (``PartitionName=gh ... QOS=vista-gh``) and
+``accounts.register`` creates it in slurmdbd. QOS live in slurmdbd, shared by every
+cluster, hence the site prefix. A partition without limits has no QOS.
 """
 
 from __future__ import annotations
@@ -34,6 +41,30 @@ class NodeSpec(Frozen):
         return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpus and self.gpu_type else None
 
 
+class PartitionQos(Frozen):
+    """A partition QOS: the per-user job limits Slurm applies to every job in the partition."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    max_jobs_per_user: int | None = Field(default=None, gt=0)
+    """Running jobs per user (``MaxJobsPerUser``); more pend as ``QOSMaxJobsPerUserLimit``."""
+    max_submit_jobs_per_user: int | None = Field(default=None, gt=0)
+    """Running plus pending jobs per user (``MaxSubmitJobsPerUser``); sbatch refuses one more
+    with ``QOSMaxSubmitJobPerUserLimit``."""
+
+    def sacctmgr_limits(self, unset: str | None = None) -> list[str]:
+        """``Key=value`` words for ``sacctmgr add/modify qos``; a limit not set is left out,
+        or given as ``unset`` (``"-1"`` clears it on modify)."""
+        limits = {
+            "MaxJobsPerUser": self.max_jobs_per_user,
+            "MaxSubmitJobsPerUser": self.max_submit_jobs_per_user,
+        }
+        return [
+            f"{key}={value if value is not None else unset}"
+            for key, value in limits.items()
+            if value is not None or unset is not None
+        ]
+
+
 class PartitionLayout(Frozen):
     """A partition as slurm.conf states it."""
 
@@ -44,6 +75,8 @@ class PartitionLayout(Frozen):
     default: bool
     allow_accounts: tuple[str, ...] = ()
     """Accounts admitted (lowercase, as slurmdbd stores them); empty: any associated one."""
+    qos: PartitionQos | None = None
+    """The partition QOS carrying the site's per-user job limits; None: no limits."""
 
 
 class ClusterSpec(Frozen):
@@ -69,6 +102,12 @@ class ClusterSpec(Frozen):
                 return n
         raise KeyError(f"cluster {self.name} has no node {name!r}")
 
+    @property
+    def partition_qos(self) -> tuple[PartitionQos, ...]:
+        """The partition QOS slurm.conf names, which slurmdbd must hold before slurmctld
+        starts."""
+        return tuple(p.qos for p in self.partitions if p.qos is not None)
+
 
 def node_slug(partition: str) -> str:
     """Lowercase hostname-safe form of a partition name (``gpuA100x4`` -> ``gpua100x4``)."""
@@ -93,6 +132,27 @@ ENFORCE_PARTITION_ACCOUNTS = True
 """Whether each partition admits only the account its site charges there (``AllowAccounts``),
 so a Delta GPU job charged to ``<proj>-delta-cpu`` is refused as on the site (placement
 charges ``SiteSpec.account_for(partition)``); every account is registered either way."""
+
+
+def partition_qos_name(site: str, partition: str) -> str:
+    """``<site>-<partition slug>`` (``vista-gh-dev``): QOS names are global in slurmdbd."""
+    return f"{site}-{node_slug(partition)}"
+
+
+def partition_qos(site: SiteSpec, p: PartitionSpec) -> PartitionQos | None:
+    """The QOS carrying ``p``'s per-user job limits, or None if the site publishes none."""
+    if p.max_running_jobs_per_user is None and p.max_submitted_jobs_per_user is None:
+        return None
+    return PartitionQos(
+        name=partition_qos_name(site.name, p.name),
+        max_jobs_per_user=p.max_running_jobs_per_user,
+        max_submit_jobs_per_user=p.max_submitted_jobs_per_user,
+    )
+
+
+def site_partition_qos(site: SiteSpec) -> tuple[PartitionQos, ...]:
+    """Every partition QOS of ``site``, in partition order."""
+    return tuple(q for p in site.partitions if (q := partition_qos(site, p)) is not None)
 
 
 def _def_mem_per_cpu(p: PartitionSpec) -> int:
@@ -141,6 +201,7 @@ def cluster_spec(
                 def_mem_per_cpu_mb=_def_mem_per_cpu(p),
                 default=i == 0,
                 allow_accounts=(site.account_for(p.name).lower(),) if per_partition else (),
+                qos=partition_qos(site, p),
             )
         )
     return ClusterSpec(
