@@ -197,7 +197,7 @@ def dispatch_overhead(
     """Coordinator versus direct Executor on the same endpoint engine (see module doc)."""
     from federation.deploy.local import LocalSites
     from federation.endpoint.manager import local_endpoint_id
-    from federation.sites.endpoint_config import shape_to_user_config
+    from federation.sites.user_config import shape_to_user_config
     from functions.workloads import square
 
     local = LocalSites()

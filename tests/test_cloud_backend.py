@@ -36,9 +36,10 @@ from federation.core.errors import (
 )
 from federation.core.spec import load_site
 from federation.core.tasks import PythonTask, ShellTask
+from federation.sites import jobtags
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES, CloudSite, payload_size_bytes
-from federation.sites.endpoint_config import shape_to_user_config
 from federation.sites.globus_auth import AuthSettings, build_app
+from federation.sites.user_config import shape_to_user_config
 from federation.standin.compute_service import InProcessResultWatcher
 from functions.workloads import square
 
@@ -271,11 +272,14 @@ def test_submit_goes_through_the_real_sdk_with_shape_and_token(
     assert tid in cloud.task_ids
     (body,) = [b for b in cloud.submits if b["user_endpoint_config"]["profile"] == "task"]
     uec = dict(body["user_endpoint_config"])
-    tag = uec.pop("job_tag")  # its batch job is named fed.<tag>, to be found and withdrawn
-    assert re.fullmatch(r"[0-9a-f]{20}", tag), tag
-    assert uec == shape_to_user_config(
+    shape_jobs = uec.pop("job_tag")  # the shape's batch jobs are named fed.<shape>
+    bare = shape_to_user_config(
         partition="cpu", nodes=1, cpus=4, mem_gb=8, gpus=0, walltime_s=600, account="bbka-delta"
     )
+    assert uec == bare and shape_jobs == jobtags.shape_tag(bare)  # nothing of the task in it
+    # the task's own tag rides in its arguments: it claims ~/.federation-jobs/claims/<tag>
+    (tracked,) = site.jobs._tracked.values() if site.jobs else ()
+    assert re.fullmatch(r"[0-9a-f]{20}", tracked.tag) and tracked.shape == shape_jobs
     assert body["task_group_id"] == str(site.task_group_id)
     auth_header = submit_requests()[0].request.headers["Authorization"]
     assert auth_header == f"Bearer {ACCESS_TOKEN}"  # from the client-credentials grant
@@ -290,9 +294,7 @@ def test_one_executor_per_user_endpoint_config_never_mutated(site: CloudSite) ->
     c = site.submit(ShellTask(command="true"), other)
     for f in (a, b, c):
         _wait_task_id(f)
-    uec = shape_to_user_config(
-        partition="cpu", nodes=1, cpus=4, mem_gb=8, gpus=0, walltime_s=600, account="bbka-delta"
-    )
+    uec = site.shape_config(SHAPE)
     ex = site.executor(uec)
     assert ex.user_endpoint_config == uec  # the first shape's executor kept its config
     shapes = [k for k in site._executors if '"probe"' not in k]  # the probe's reads squeue
@@ -439,3 +441,48 @@ def test_the_workers_python_decides_not_the_endpoint_process(site: CloudSite, cl
     site._learn_worker_python(done)  # ...but the last probe ran on Python 3.9 workers
     with pytest.raises(VersionMismatchError, match=r"the site's workers run Python 3\.9\.18"):
         site.submit(PythonTask(square, (2,)), SHAPE)
+
+
+def test_a_fan_out_of_one_shape_is_one_config_one_function_and_batched_requests(
+    cloud: Cloud, client: Client, auth: AuthSettings
+) -> None:
+    """200 tasks of one shape, the SDK's own client-side limits as it ships them: one
+    user_endpoint_config (so one user endpoint process on the site), the shell function
+    registered once, and the tasks batched into a few requests (at most 128 per request).
+    Before shipping per shape, every task carried its own job_tag (200 configs, 200
+    requests, 200 registrations)."""
+
+    def sdk_defaults(eid: uuid.UUID, c: Client, uec: dict[str, Any], tg: uuid.UUID) -> Executor:
+        return WatchedExecutor(
+            endpoint_id=eid, client=c, user_endpoint_config=uec, task_group_id=tg
+        )
+
+    site = CloudSite(
+        load_site("delta"),
+        cloud.endpoint_id,
+        client,
+        auth=auth,
+        executor_factory=sdk_defaults,
+        account="bbka-delta",
+        job_check_s=3600.0,  # no look during the test: only task submissions are counted
+    )
+    try:
+        futs = [site.submit(ShellTask(command=f"echo {i}"), SHAPE) for i in range(200)]
+        for f in futs:
+            _wait_task_id(f, timeout_s=120.0)
+        bodies = [json.loads(c.request.body) for c in task_submits()]
+        configs = {json.dumps(b["user_endpoint_config"], sort_keys=True) for b in bodies}
+        assert len(configs) == 1
+        assert sum(len(p) for b in bodies for p in b["tasks"].values()) == 200
+        assert all(len(p) <= 128 for b in bodies for p in b["tasks"].values())
+        assert len(bodies) <= 200 // 128 + 1 + 4  # the SDK's first requests go out small
+        registrations = [c for c in responses.calls if c.request.url.endswith("/v3/functions")]
+        assert len(registrations) == 1
+        tags = {x.tag for x in site.jobs._tracked.values()} if site.jobs else set()
+        assert len(tags) == 200  # each task still claims a tag of its own
+    finally:
+        site.close()
+        for rw in WatchedExecutor.watchers.values():
+            rw._time_to_stop = True
+            rw._time_to_check_results.set()
+        WatchedExecutor.watchers.clear()

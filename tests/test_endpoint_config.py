@@ -30,13 +30,13 @@ from federation.sites.endpoint_config import (
     TEMPLATE_FILE,
     generate_site_files,
     load_user_config,
+    max_blocks,
     offline_mapped_identity,
     render_user_config,
-    shape_to_user_config,
     stale_files,
-    walltime_hms,
     walltime_max_pattern,
 )
+from federation.sites.user_config import shape_to_user_config, walltime_hms
 
 SITES = load_sites()
 SITE_NAMES = site_names()
@@ -186,7 +186,10 @@ def test_task_profile_full_node(site: str, partition: str) -> None:
         assert prov.walltime == walltime_hms(p.max_walltime_s)
         assert prov.exclusive is False
         assert "--exclusive" not in prov.scheduler_options
-        assert (prov.init_blocks, prov.min_blocks, prov.max_blocks) == (0, 0, 1)
+        # a shape's blocks grow with its tasks up to the partition's per-user job limit
+        assert (prov.init_blocks, prov.min_blocks, prov.max_blocks) == (0, 0, max_blocks(p))
+        if p.max_running_jobs_per_user is not None:
+            assert prov.max_blocks == p.max_running_jobs_per_user
         assert prov.nodes_per_block == 1
         assert isinstance(prov.launcher, SimpleLauncher)
         # GPUs as each site documents them: --gpus-per-node=N, or implied by the partition

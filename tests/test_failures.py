@@ -28,6 +28,17 @@ from federation.core.failures import classify
         ("NODE_FAIL", "", "node_failure", True),
         ("job was PREEMPTED", "", "preemption", True),
         ("re-placed by its group", "", "cancelled", False),
+        # the engine's words when every block's sbatch was refused by a per-user job limit
+        # (Slurm 22.05 on the local Vista, QOS MaxSubmitJobsPerUser): placed again
+        (
+            "BadStateException: Failed to start block 0: Cannot launch job parsl.htex.block-0: "
+            "sbatch: error: QOSMaxSubmitJobPerUserLimit\nsbatch: error: Batch job submission "
+            "failed: Job violates accounting/QOS policy (job submit limit, user's size and/or "
+            "time limits)",
+            "",
+            "job_limit",
+            True,
+        ),
     ],
 )
 def test_classify(message: str, tb: str, cls: str, retryable: bool) -> None:

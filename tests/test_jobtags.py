@@ -1,4 +1,5 @@
-"""Tagged jobs: the names, the shell functions and their outputs (no Slurm needed here; the
+"""Claims: the tags, the shell functions and their outputs, run by a real bash (Slurm's
+``squeue``/``scontrol`` are small stand-ins on PATH that record their arguments here; the
 same functions run against the local clusters in the cloud path of the slurm suites)."""
 
 from __future__ import annotations
@@ -16,42 +17,33 @@ from federation.sites import jobtags
 from federation.sites.jobwatch import TaggedJobs
 
 TAG = "0a1b2c3d4e5f60718293"
+SHAPE = "a2fa7be1d7bc"
 
 
-def test_tags_are_safe_names_and_anything_else_is_refused() -> None:
+def test_tags_and_shape_names_are_safe_and_anything_else_is_refused() -> None:
     tag = jobtags.new_tag()
-    assert jobtags.job_name(tag) == "fed." + tag and len(tag) == 20
+    assert len(tag) == 20 and jobtags.claim_path(tag).endswith("/claims/" + tag)
+    assert (
+        jobtags.tag_for("t1", 1, None)
+        == jobtags.tag_for("t1", 1, None)
+        != jobtags.tag_for("t1", 2, None)
+    )
     for bad in ("", "ABC12345", "a;rm -rf ~", "0123 4567", "x" * 8):
         with pytest.raises(ValueError, match="not a job tag"):
+            jobtags.claim_path(bad)
+        with pytest.raises(ValueError, match="not a shape name"):
             jobtags.job_name(bad)
+    uec = {"profile": "task", "partition": "cpu", "cpus": 1}
+    assert jobtags.shape_tag(uec) == jobtags.shape_tag({**uec, "job_tag": "anything"})
+    assert jobtags.shape_tag(uec) != jobtags.shape_tag({**uec, "cpus": 2})
 
 
-def test_squeue_output_is_read_per_tag_and_other_lines_ignored() -> None:
-    out = (
-        f"fed.{TAG}|4211|PENDING\n"
-        "fed.ffffffffffffffffffff|4212|RUNNING\n"
-        "parsl.block-0|4213|RUNNING\n"  # someone else's job
-        "garbage line\n"
-        "'fed.00000000000000000000|4214|COMPLETING'\n"
-    )
-    jobs = jobtags.parse_squeue(out)
-    assert set(jobs) == {TAG, "f" * 20, "0" * 20}
-    assert (jobs[TAG].job_id, jobs[TAG].state, jobs[TAG].started) == ("4211", "PENDING", False)
-    assert jobs["f" * 20].started and jobs["0" * 20].started
-    cmd = jobtags.squeue_command([TAG, "f" * 20, TAG])
-    assert f"--name=fed.{TAG},fed.{'f' * 20}" in cmd and cmd.startswith("squeue --noheader")
-
-
-def test_cancel_output_says_the_state_before() -> None:
-    assert jobtags.parse_cancel("state:PENDING\n") == "PENDING"
-    assert jobtags.parse_cancel("noise\nstate:\n") == ""
-    assert jobtags.parse_cancel("scancel: error\n") is None
-
-
-def _bash(script: str, home: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+def _bash(
+    script: str, home: Path, path: str = "/usr/bin:/bin", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", script],
-        env={"HOME": str(home), "PATH": path},
+        env={"HOME": str(home), "PATH": path, **(env or {})},
         capture_output=True,
         text=True,
         timeout=30,
@@ -59,60 +51,103 @@ def _bash(script: str, home: Path, path: str = "/usr/bin:/bin") -> subprocess.Co
     )
 
 
-def test_a_withdrawn_shell_task_stops_before_its_command(tmp_path: Path) -> None:
-    cmd = jobtags.guarded_command("echo the-work", TAG)
-    ran = _bash(cmd, tmp_path)
-    assert ran.returncode == 0 and ran.stdout == "the-work\n"
-    (tmp_path / jobtags.MARKER_DIR).mkdir(parents=True)
-    (tmp_path / jobtags.MARKER_DIR / TAG).touch()
-    stopped = _bash(cmd, tmp_path)
-    assert stopped.returncode == 125 and stopped.stdout == ""
-    assert "cancelled before it started" in stopped.stderr
-
-
-def test_the_cancel_function_leaves_the_marker_and_cancels_only_a_pending_job(
+def test_a_shell_task_claims_its_tag_once_and_a_second_claim_stops_before_the_command(
     tmp_path: Path,
 ) -> None:
-    """Run with stand-in ``squeue``/``scancel`` on PATH that record their arguments (the
-    real ones are exercised on the local clusters by the cloud path's slurm tests)."""
+    cmd = jobtags.guarded_command("echo the-work", TAG)
+    ids = {"SLURM_JOB_ID": "4211", "GC_TASK_UUID": "9e1c"}
+    ran = _bash(cmd, tmp_path, env=ids)
+    assert ran.returncode == 0 and ran.stdout == "the-work\n"
+    assert (tmp_path / jobtags.CLAIM_DIR / TAG).read_text() == "4211 9e1c\n"
+    again = _bash(cmd, tmp_path, env=ids)  # the same tag twice: the second never runs
+    assert again.returncode == jobtags.WITHDRAWN_EXIT and again.stdout == ""
+    assert "withdrawn before it started" in again.stderr
+
+
+def _fake_slurm(tmp_path: Path, queue: str) -> tuple[str, Path]:
+    """``squeue`` prints ``queue`` (filtered by --states=PENDING when asked); ``scontrol``
+    records its arguments."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "calls"
-    for name, body in (("squeue", 'echo "$STATE"'), ("scancel", "")):
-        exe = bin_dir / name
-        exe.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{body}\n')
+    log.write_text("")
+    (tmp_path / "queue").write_text(queue)
+    squeue = (
+        f'#!/bin/sh\necho "squeue $*" >> {log}\n'
+        f'case "$*" in *--states=PENDING*--format=%r*) grep " PENDING " {tmp_path}/queue '
+        "| awk '{print $3}';;\n"
+        f"*--states=PENDING*) grep ' PENDING ' {tmp_path}/queue | awk '{{print $1, $3}}';;\n"
+        f"*) cat {tmp_path}/queue;; esac\n"
+    )
+    (bin_dir / "squeue").write_text(squeue)
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
+    for exe in bin_dir.iterdir():
         exe.chmod(0o755)
-    for state, cancels in (("PENDING", True), ("RUNNING", False), ("", False)):
-        log.write_text("")
-        script = f"export STATE={state}\n" + jobtags.cancel_command(TAG)
-        res = _bash(script, tmp_path, f"{bin_dir}:/usr/bin:/bin")
-        assert res.returncode == 0, res.stderr
-        assert jobtags.parse_cancel(res.stdout) == state
-        assert (tmp_path / jobtags.MARKER_DIR / TAG).exists()
-        calls = log.read_text().splitlines()
-        assert calls[0] == f"squeue --noheader --name=fed.{TAG} --format=%T"
-        assert (f"scancel --state=PENDING --name=fed.{TAG}" in calls) is cancels, calls
+    return f"{bin_dir}:/usr/bin:/bin", log
+
+
+def test_a_withdrawal_that_wins_holds_the_shapes_pending_blocks_beyond_the_waiting_work(
+    tmp_path: Path,
+) -> None:
+    queue = "11 RUNNING None\n12 PENDING Priority\n13 PENDING Resources\n14 PENDING JobHeldUser\n"
+    path, log = _fake_slurm(tmp_path, queue)
+    res = _bash(jobtags.withdraw_command(TAG, SHAPE, waiting=1), tmp_path, path)
+    assert res.returncode == 0, res.stderr
+    won, claim, held = jobtags.parse_withdraw(TAG, res.stdout)
+    assert (won, claim, held) == (True, None, 1)  # two unheld pending, one still needed
+    assert (tmp_path / jobtags.CLAIM_DIR / TAG).read_text() == "withdrawn\n"
+    assert "scontrol uhold 13" in log.read_text().splitlines()  # the newest one
+    # the task, arriving later, finds the claim taken and never runs
+    late = _bash(jobtags.guarded_command("echo the-work", TAG), tmp_path)
+    assert late.returncode == jobtags.WITHDRAWN_EXIT and late.stdout == ""
+
+
+def test_a_withdrawal_that_loses_names_the_job_that_claimed_first(tmp_path: Path) -> None:
+    path, log = _fake_slurm(tmp_path, "12 PENDING Priority\n")
+    _bash(jobtags.guarded_command("true", TAG), tmp_path, env={"SLURM_JOB_ID": "4212"})
+    res = _bash(jobtags.withdraw_command(TAG, SHAPE, waiting=0), tmp_path, path)
+    won, claim, held = jobtags.parse_withdraw(TAG, res.stdout)
+    assert not won and held == 0
+    assert claim is not None and claim.job_id == "4212" and not claim.withdrawn
+    assert "scontrol" not in log.read_text()  # nothing held: the copy runs
+
+
+def test_one_look_lists_the_claims_and_releases_held_blocks_the_shape_needs_again(
+    tmp_path: Path,
+) -> None:
+    path, log = _fake_slurm(tmp_path, "21 PENDING JobHeldUser\n22 PENDING JobHeldUser\n")
+    other = "f" * 20
+    _bash(jobtags.guarded_command("true", TAG), tmp_path, env={"SLURM_JOB_ID": "4213"})
+    _bash(jobtags.withdraw_command(other), tmp_path, path)
+    res = _bash(jobtags.look_command([TAG, other, "e" * 20], {SHAPE: 1}), tmp_path, path)
+    assert res.returncode == 0, res.stderr
+    look = jobtags.parse_look(res.stdout)
+    assert set(look.claims) == {TAG, other}  # the third has not claimed yet
+    assert look.claims[TAG].job_id == "4213" and look.claims[other].withdrawn
+    assert "scontrol release 21" in log.read_text().splitlines()  # one task waits: one block
+    assert look.shapes[SHAPE].pending == 0 and look.shapes[SHAPE].running == 0
 
 
 class _Site:
-    """The login node's answers to the two shell functions, as a queue the test sets."""
+    """The login node's answers to the shell functions, from claims the test sets."""
 
     def __init__(self) -> None:
-        self.queue: dict[str, tuple[str, str]] = {}  # tag -> (job id, state)
+        self.claims: dict[str, str] = {}  # tag -> claim content
         self.commands: list[str] = []
 
     def run(self, command: str) -> Future[Any]:
         self.commands.append(command)
         fut: Future[Any] = Future()
-        if command.startswith("squeue"):
-            lines = [
-                f"fed.{t}|{j}|{s}" for t, (j, s) in self.queue.items() if f"fed.{t}" in command
-            ]
-            fut.set_result(SimpleNamespace(returncode=0, stdout="\n".join(lines), stderr=""))
+        if "set -C; echo withdrawn" in command:
+            tag = command.split('claims"/')[1].split(")")[0]
+            if tag in self.claims:
+                out = f"lost|{self.claims[tag]}\n"
+            else:
+                self.claims[tag] = "withdrawn"
+                out = "won\n"
         else:
-            tag = command.split("--name=fed.")[1].split()[0]
-            before = self.queue.get(tag, ("", ""))[1]
-            fut.set_result(SimpleNamespace(returncode=0, stdout=f"state:{before}\n", stderr=""))
+            out = "".join(f"claim|{t}|{c}\n" for t, c in self.claims.items() if t in command)
+        fut.set_result(SimpleNamespace(returncode=0, stdout=out, stderr=""))
         return fut
 
 
@@ -136,39 +171,35 @@ def test_a_start_is_reported_once_with_its_job_and_a_started_task_is_not_withdra
     jobs.on_started(lambda tid, job: seen.append((tid, job)))
     try:
         a, b = _task("task-a"), _task("task-b")
-        jobs.track("a" * 20, a)
-        jobs.track("b" * 20, b)
-        site.queue = {"a" * 20: ("11", "PENDING"), "b" * 20: ("12", "PENDING")}
+        jobs.track("a" * 20, a, SHAPE)
+        jobs.track("b" * 20, b, SHAPE)
         _until(lambda: jobs.checks >= 2)
         assert seen == []
-        site.queue["a" * 20] = ("11", "RUNNING")
+        site.claims["a" * 20] = "11 task-a"
         _until(lambda: seen == [("task-a", "11")])
         _until(lambda: jobs.checks >= 6)
         assert seen == [("task-a", "11")]  # once
         assert jobs.withdraw("task-a") is False  # it started: it runs to its end
-        assert jobs.withdraw("task-b") is True  # pending: marker left, job cancelled
-        assert any(c.startswith("mkdir -p") and "b" * 20 in c for c in site.commands)
+        assert jobs.withdraw("task-b") is True  # not started: the withdrawal claims first
+        _until(lambda: jobs.withdrawals["won"] == 1)
+        assert site.claims["b" * 20] == "withdrawn"
         assert jobs.withdraw("task-b") is False  # once
         assert jobs.withdraw("no-such-task") is False
     finally:
         jobs.close()
 
 
-def test_a_task_that_ended_unseen_is_looked_for_once_more() -> None:
-    """A short task may start and end between two reads of squeue: its block lingers
-    while idle, so one last look still names its job."""
+def test_a_task_that_claimed_before_its_acknowledgement_is_known_by_its_claim() -> None:
+    """After a restart, or before the SDK set the future's id, the claim names the task."""
     site = _Site()
-    jobs = TaggedJobs("delta", site.run, check_s=30.0)  # no second round in this test
+    jobs = TaggedJobs("delta", site.run, check_s=0.05)
     seen: list[tuple[str, str | None]] = []
     jobs.on_started(lambda tid, job: seen.append((tid, job)))
     try:
-        fut = _task("task-c")
-        jobs.track("c" * 20, fut)
-        time.sleep(0.2)
-        assert jobs.checks == 0  # the first read waits an interval
-        site.queue = {"c" * 20: ("13", "CANCELLED")}  # started, ended, released after idling
-        fut.set_result(0)
-        _until(lambda: seen == [("task-c", "13")])
-        assert jobs.checks == 1
+        fut: Future[Any] = Future()  # no task_id yet
+        jobs.track("c" * 20, fut, SHAPE)
+        site.claims["c" * 20] = "13 gc-task-c"
+        _until(lambda: seen == [("gc-task-c", "13")])
+        assert jobs.claims(["c" * 20, "d" * 20])["c" * 20].compute_task_id == "gc-task-c"
     finally:
         jobs.close()

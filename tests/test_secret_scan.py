@@ -163,6 +163,10 @@ def test_redacted_text_blobs_and_credential_stores_are_not_findings(planted: Pat
     # base64 wrapped at 76 columns, some lines starting with "Ag": a serialized task
     blob = b"".join(b"Ag" + bytes(secrets.token_hex(37), "ascii") + b"\n" for _ in range(50))
     (planted / "task.result").write_bytes(b"00\n" + blob)
+    # an SQLite overflow page: a 4-byte page number, then a page of one base64 text (a
+    # function's source, indented: "    " is "ICAg") that happens to start with "Ag"
+    page = b"\x00\x00\x00\x86" + (b"AgICAgICBcImZpZWxkc1wiOiBz" * 160)[:4092]
+    (planted / "compute-service.db-wal").write_bytes(b"\x00" * 100 + page + b"\x00" * 8)
     # globus-sdk's token storage: tokens are what it is for
     (planted / "tokens.json").write_text(
         json.dumps(

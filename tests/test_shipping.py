@@ -30,7 +30,7 @@ from federation.sites.shipping import code_payload, executor_serializer, is_own
 from functions.accounting import sacct_jobs
 from functions.doctor import worker_facts
 from functions.faults import garbage_probe
-from functions.jobs import unless_cancelled
+from functions.jobs import claim_then_run
 from functions.probes import probe_slurm
 from functions.results import make_bytes
 
@@ -104,11 +104,11 @@ def _python_task(task: PythonTask, storage: Path | None = None) -> dict[str, str
 
 
 def _guarded(task: PythonTask, tag: str) -> dict[str, str]:
-    """A Python task as a cloud site ships it: tagged, behind its withdrawal check."""
+    """A Python task as a cloud site ships it: tagged, claiming its tag before it runs."""
     sent = shipped(task, "local", "result-1", None, 1000)
     assert isinstance(sent, PythonTask)
     payload = code_payload(sent.fn)
-    return _job(unless_cancelled, jobtags.marker(tag), payload, tuple(sent.args), sent.kwargs)
+    return _job(claim_then_run, jobtags.claim_path(tag), payload, tuple(sent.args), sent.kwargs)
 
 
 def _value(report: dict[str, Any], name: str) -> Any:
@@ -131,9 +131,9 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
         "tagged": _guarded(cat.bind("square", [8]), "0123456789abcdef"),
         "withdrawn": _guarded(cat.bind("square", [9]), "fedcba9876543210"),
     }
-    marker = tmp_path / "worker" / jobtags.MARKER_DIR / "fedcba9876543210"
-    marker.parent.mkdir(parents=True)
-    marker.touch()  # as the cancel shell function leaves it in the user's home
+    claim = tmp_path / "worker" / jobtags.CLAIM_DIR / "fedcba9876543210"
+    claim.parent.mkdir(parents=True)
+    claim.write_text("withdrawn\n")  # as a withdrawal that won the claim leaves it
     report = _run_on_worker(tmp_path, jobs)
     # the worker is strict: nothing of this repository is importable there
     assert report["import_functions"] == "ModuleNotFoundError"
@@ -158,7 +158,11 @@ def test_every_shipped_function_runs_where_this_repository_is_not(tmp_path: Path
     assert report["fail_with"]["error"] == "RuntimeError: the task's own words"
     assert _value(report, "tagged") == 64
     assert not report["withdrawn"]["ok"]
-    assert "cancelled before it started" in report["withdrawn"]["error"]
+    assert "withdrawn before it started" in report["withdrawn"]["error"]
+    # the tagged task claimed its tag before it ran: (Slurm job id, Globus Compute id)
+    assert (tmp_path / "worker" / jobtags.CLAIM_DIR / "0123456789abcdef").read_text() == (
+        "none none\n"  # run outside Slurm and an engine: neither is set
+    )
     ref = _value(report, "spilled")
     assert ref["__federation_result_ref__"] == 1 and ref["size_bytes"] > 5000
     assert Path(ref["path"]).is_file()

@@ -14,6 +14,7 @@ from typing import Literal
 from federation.core.model import Frozen
 
 FailureClass = Literal[
+    "job_limit",
     "walltime",
     "out_of_memory",
     "node_failure",
@@ -36,6 +37,17 @@ _RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     # the SDK's result stream died: not the task's failure (it may still run at the site),
     # and not retried elsewhere, which could run it twice; the coordinator re-attaches first
     ("result_stream_lost", re.compile(r"SDK thread quit unexpectedly")),
+    # the site refused the batch job (sbatch): the user's per-partition job limit, or the
+    # account's: the task never ran; placed again (the engine fails its tasks with
+    # BadStateException after refused blocks, quoting sbatch's words)
+    (
+        "job_limit",
+        re.compile(
+            r"QOSMax\w*PerUser\w*|AssocMax\w*Limit|QOSMaxSubmitJob|"
+            r"Job violates accounting/QOS policy",
+            re.I,
+        ),
+    ),
     ("walltime", re.compile(r"TIMEOUT|DUE TO TIME LIMIT|walltime|time limit", re.I)),
     ("cancelled", re.compile(r"cancelled by request|re-placed by its group|task cancelled")),
     ("out_of_memory", re.compile(r"OUT_OF_MEMORY|\bOOM\b|MemoryError|oom-kill", re.I)),
@@ -50,7 +62,9 @@ _RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     ),
 )
 
-RETRYABLE: frozenset[str] = frozenset({"walltime", "node_failure", "preemption", "endpoint_lost"})
+RETRYABLE: frozenset[str] = frozenset(
+    {"job_limit", "walltime", "node_failure", "preemption", "endpoint_lost"}
+)
 
 
 class Failure(Frozen):

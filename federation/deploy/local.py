@@ -33,9 +33,10 @@ queued tasks on the endpoint and tells the coordinator when a task's job starts 
 on-site agent could; the Globus service does not). ``cloud``: exactly what a deployment
 on real endpoints has, through the strict stand-in of the Globus Compute service:
 :class:`~federation.sites.cloud.CloudSite` with its endpoint-status, Python and payload
-checks, starts read from ``squeue`` of tagged jobs, withdrawal by marker and ``scancel``."""
-JOB_CHECK_S = 1.0
-"""The local sites' ``squeue`` interval for tagged jobs (real sites: 60 s by default)."""
+checks, starts read from the tasks' claims, withdrawal by claiming first."""
+JOB_CHECK_S = 3.0
+"""The local sites' interval between looks at the tasks' claims (real sites: 60 s by
+default); each look is a request to the service, which allows 20 per 10 s per identity."""
 
 
 def default_path() -> str:

@@ -140,3 +140,38 @@ class EndpointConnection:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def ask(run_dir: Path, msg: protocol.Message, timeout_s: float = 5.0) -> protocol.Message:
+    """One request to the endpoint in ``run_dir`` on a connection of its own (no
+    subscription), e.g. ``{"op": "ping"}`` for its status report; SiteUnavailableError if
+    it does not answer within ``timeout_s`` (a stopped daemon blocks even the handshake)."""
+    box: list[protocol.Message | BaseException] = []
+
+    def _ask() -> None:
+        try:
+            conn = Client(
+                str(run_dir / "endpoint.sock"),
+                family="AF_UNIX",
+                authkey=(run_dir / "endpoint.key").read_bytes().strip(),
+            )
+            try:
+                protocol.send(conn, {**msg, "req": 1})
+                while True:
+                    reply = protocol.recv(conn)
+                    if reply["op"] == "reply":
+                        box.append(reply)
+                        return
+            finally:
+                conn.close()
+        except BaseException as e:
+            box.append(e)
+
+    t = threading.Thread(target=_ask, daemon=True, name="endpoint-ask")
+    t.start()
+    t.join(timeout_s)
+    if not box:
+        raise SiteUnavailableError(f"endpoint in {run_dir} did not answer within {timeout_s} s")
+    if isinstance(box[0], BaseException):
+        raise SiteUnavailableError(f"endpoint in {run_dir}: {box[0]}") from box[0]
+    return box[0]

@@ -1,23 +1,26 @@
-"""One site's endpoint process: real Globus Compute engines behind a unix socket.
+"""One site's endpoint process: a multi-user endpoint manager behind a unix socket.
 
 Run as ``python -m federation.endpoint.daemon --site NAME --run-dir DIR --endpoint-id UUID``
 with the site's Slurm environment (``SLURM_CONF``) in its environment, as a real endpoint
-runs on the site's login node. For each distinct ``user_endpoint_config`` it renders the
-site's ``user_config_template.yaml.j2`` through the endpoint's own loader, builds the engine
-with ``load_config_yaml`` and starts it; shaped tasks therefore reach Slurm through the
-engine's own SlurmProvider and ``sbatch``. Results are kept in SQLite until the service
-has them, so a coordinator restart loses nothing. Subscribers get a ``heartbeat`` on
-subscribing and every ``FEDERATION_EP_HEARTBEAT_S`` seconds (default 30, the real
-endpoint's ``heartbeat_period``); the service shows the endpoint offline when they stop.
+runs on the site's login node. As a real multi-user endpoint (Globus Compute 4.x) forks
+one user endpoint process per (identity, ``user_endpoint_config``), it renders the site's
+``user_config_template.yaml.j2`` through the endpoint's own loader and hands each task to
+the user endpoint process (UEP) of its (identity, rendered config), starting one if there
+is none (:mod:`federation.endpoint.uep_pool`, :mod:`federation.endpoint.user_endpoint`):
+the UEP builds the engine with ``load_config_yaml``, so shaped tasks reach Slurm through
+the engine's own SlurmProvider and ``sbatch``, and ends ``idle_heartbeats_soft``
+heartbeats after its last task. Results are kept in SQLite until the service has them, so
+a coordinator restart loses nothing. Subscribers get a ``heartbeat`` on subscribing and
+every ``FEDERATION_EP_HEARTBEAT_S`` seconds (default 30, the real endpoint's
+``heartbeat_period``); the service shows the endpoint offline when they stop.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import platform
+import queue
 import signal
 import socket
 import sqlite3
@@ -25,24 +28,19 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
 from federation.core.errors import FederationError
 from federation.core.spec import SiteSpec, load_site
 from federation.endpoint import protocol
+from federation.endpoint.proc_stats import rss_kb
+from federation.endpoint.uep_pool import UserEndpointPool
 
 logger = logging.getLogger(__name__)
-
-ENGINE_IDLE_S = float(os.environ.get("FEDERATION_ENGINE_IDLE_S", "60"))
-TAGGED_IDLE_S = 5.0
-"""An engine made for one tagged task is shut down this soon after it (no other task shares
-its config), rather than lingering ``ENGINE_IDLE_S`` with its interchange."""
-RENDER_CACHE_MAX = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -59,38 +57,19 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
-@dataclass
-class EngineSlot:
-    """One started engine for one rendered config, and the tasks it holds."""
+class Task(NamedTuple):
+    """A received task waiting for its user endpoint process."""
 
-    key: str
-    engine: Any
-    outstanding: set[str] = field(default_factory=set)
-    last_used: float = field(default_factory=time.monotonic)
-    tagged: bool = False
-    """Made for one tagged task (its config names the batch job): done once it is idle."""
-    submitting: threading.Lock = field(default_factory=threading.Lock)
-    """One ``engine.submit`` at a time, as the real endpoint's one task-processing thread
-    calls it: the engine's executor sends on a ZeroMQ socket, which is not thread-safe
-    (tasks submitted at once as a new engine came up were lost: one never reached the
-    interchange and stayed 'received' forever)."""
-
-
-def _error_result(task_id: str, code: str, message: str) -> bytes:
-    from globus_compute_common import messagepack
-    from globus_compute_common.messagepack.message_types import Result
-
-    res = Result(
-        task_id=uuid.UUID(task_id),
-        data=message,
-        error_details={"code": code, "user_message": message},
-    )
-    packed: bytes = messagepack.pack(res)
-    return packed
+    task_id: str
+    packed_task: bytes
+    user_opts: dict[str, Any]
+    user_runtime: dict[str, Any] | None
+    identity: str | None
+    """Who submitted it (the service's optional ``identity``; None: anonymous)."""
 
 
 class SiteEndpoint:
-    """The engines of one site, the task table and the subscribers to its events."""
+    """One site's user endpoint processes, the task table and the subscribers to its events."""
 
     def __init__(self, site: SiteSpec, endpoint_id: uuid.UUID, run_dir: Path) -> None:
         self.site = site
@@ -102,14 +81,22 @@ class SiteEndpoint:
         self._db.executescript(_SCHEMA)
         self._settle_lost_tasks()
         self._lock = threading.RLock()
-        self._slots: dict[str, EngineSlot] = {}
         self._subscribers: list[Connection] = []
         self._stopping = threading.Event()
         self.heartbeat_s = protocol.heartbeat_period_s()
-        self._rendered: dict[str, str] = {}
-        self._starting: dict[str, threading.Lock] = {}
-        """Rendered config per (user_opts, user_runtime): rendering takes tens of ms, and a
-        real endpoint renders once per user endpoint process, not once per task."""
+        self.pool = UserEndpointPool(
+            site,
+            endpoint_id,
+            run_dir,
+            self._lock,
+            on_started=self._started,
+            on_result=self._finish,
+            on_lost=lambda tid, code, msg: self._finish(tid, protocol.error_result(tid, code, msg)),
+        )
+        self._inbox: queue.Queue[Task] = queue.Queue()
+        """Received tasks in order, for the one dispatching thread (the real endpoint's
+        task-processing thread): a task is rendered and handed to its UEP there."""
+        threading.Thread(target=self._dispatch, daemon=True, name="dispatch").start()
 
     def _settle_lost_tasks(self) -> None:
         """Tasks an earlier run of this endpoint held died with its engines: say so."""
@@ -124,7 +111,7 @@ class SiteEndpoint:
             )
             self._db.execute(
                 "UPDATE tasks SET status='done', result_b64=?, completed_at=? WHERE task_id=?",
-                (protocol.b64(_error_result(tid, "ENDPOINT_LOST", msg)), now, tid),
+                (protocol.b64(protocol.error_result(tid, "ENDPOINT_LOST", msg)), now, tid),
             )
         self._db.commit()
         if rows:
@@ -147,6 +134,8 @@ class SiteEndpoint:
         }
 
     def heartbeat(self) -> None:
+        """One endpoint heartbeat: the UEPs' idle clocks advance, then the report goes out."""
+        self.pool.tick()
         self._broadcast(self.heartbeat_message())
 
     def _send(self, conn: Connection, msg: protocol.Message) -> None:
@@ -167,77 +156,10 @@ class SiteEndpoint:
         for conn in subs:
             self._send(conn, msg)
 
-    # --- engines -------------------------------------------------------------------------
-    def _slot_for(
-        self, user_opts: dict[str, Any], user_runtime: dict[str, Any] | None
-    ) -> EngineSlot:
-        from globus_compute_endpoint.endpoint.config.utils import load_config_yaml
-
-        from federation.sites.endpoint_config import render_user_config
-
-        opts_key = json.dumps([user_opts, user_runtime], sort_keys=True, default=str)
-        rendered = self._rendered.get(opts_key)
-        if rendered is None:
-            rendered = render_user_config(self.site, user_opts, user_runtime)
-            if len(self._rendered) >= RENDER_CACHE_MAX:
-                self._rendered.clear()
-            self._rendered[opts_key] = rendered
-        key = hashlib.sha256(rendered.encode()).hexdigest()[:16]
-        with self._lock:
-            slot = self._slots.get(key)
-            if slot is not None:
-                return slot
-            starting = self._starting.setdefault(key, threading.Lock())
-        # Start the engine outside the endpoint lock: replies and results to every caller
-        # wait on that lock, and an engine start takes seconds (over 30 s under load).
-        with starting:
-            with self._lock:
-                slot = self._slots.get(key)
-            if slot is not None:
-                return slot
-            config = load_config_yaml(rendered)
-            engine = config.engine
-            try:
-                engine.start(
-                    endpoint_id=self.endpoint_id,
-                    run_dir=str(self.run_dir / "engines" / key),
-                    monitored=True,
-                )
-            except Exception:
-                engine.shutdown()
-                raise
-            slot = EngineSlot(key=key, engine=engine, tagged="job_tag" in user_opts)
-            with self._lock:
-                self._slots[key] = slot
-            logger.info("started engine %s for %s", key, user_opts)
-            return slot
-
-    def reap_idle(self) -> None:
-        """Shut down engines that held no task for ``ENGINE_IDLE_S`` (probe engines stay)."""
-        now = time.monotonic()
-        with self._lock:
-            idle = [
-                s
-                for s in self._slots.values()
-                if not s.outstanding
-                and now - s.last_used > (TAGGED_IDLE_S if s.tagged else ENGINE_IDLE_S)
-            ]
-            for s in idle:
-                del self._slots[s.key]
-        for s in idle:
-            logger.info("engine %s idle; shutting down", s.key)
-            s.engine.shutdown()
-
     def shutdown(self) -> None:
+        """Stop every user endpoint process (their engines shut down, blocks cancelled)."""
         self._stopping.set()
-        with self._lock:
-            slots = list(self._slots.values())
-            self._slots.clear()
-        for s in slots:
-            try:
-                s.engine.shutdown()
-            except Exception:
-                logger.exception("engine %s did not shut down cleanly", s.key)
+        self.pool.shutdown()
 
     # --- tasks ---------------------------------------------------------------------------
     def receive(self, task_id: str) -> bool:
@@ -263,45 +185,53 @@ class SiteEndpoint:
         packed_task: bytes,
         user_opts: dict[str, Any],
         user_runtime: dict[str, Any] | None,
+        identity: str | None = None,
     ) -> None:
+        """Record a task and queue it for its user endpoint process (a resend is ignored)."""
         if self.receive(task_id):
-            self.run(task_id, packed_task, user_opts, user_runtime)
+            self.enqueue(Task(task_id, packed_task, user_opts, user_runtime, identity))
 
-    def run(
-        self,
-        task_id: str,
-        packed_task: bytes,
-        user_opts: dict[str, Any],
-        user_runtime: dict[str, Any] | None,
-    ) -> None:
-        """Hand a received task to the engine for its config (starting it if needed)."""
-        from globus_compute_endpoint.engines.base import GCFuture
+    def enqueue(self, task: Task) -> None:
+        """Queue a received task for dispatching (in the order received)."""
+        self._inbox.put(task)
 
+    def _dispatch(self) -> None:
+        while True:
+            task = self._inbox.get()
+            try:
+                self.run(task)
+            except Exception:  # one task must not stop the dispatching
+                logger.exception("task %s was not dispatched", task.task_id)
+
+    def run(self, task: Task) -> None:
+        """Hand a received task to the UEP of its (identity, config), starting one if needed."""
+        tid = task.task_id
         try:
-            slot = self._slot_for(user_opts, user_runtime)
+            spec = self.pool.spec_for(task.user_opts, task.user_runtime, task.identity)
         except FederationError as e:
-            self._finish(task_id, None, _error_result(task_id, "INVALID_CONFIG", str(e)))
+            self._finish(tid, protocol.error_result(tid, "INVALID_CONFIG", str(e)))
             return
         except Exception as e:
-            msg = f"endpoint {self.site.name} could not start an engine for {user_opts}: {e}"
+            msg = f"endpoint {self.site.name} could not render a config for {task.user_opts}: {e}"
             logger.exception(msg)
-            self._finish(task_id, None, _error_result(task_id, "ENGINE_START_FAILED", msg))
+            self._finish(tid, protocol.error_result(tid, "ENGINE_START_FAILED", msg))
             return
-
-        fut = GCFuture(uuid.UUID(task_id))
-        fut.bind("job_id", lambda f, job_id: self._started(task_id, job_id, f.block_id))
         with self._lock:
-            slot.outstanding.add(task_id)
-            slot.last_used = time.monotonic()
-            self._db.execute("UPDATE tasks SET config_key=? WHERE task_id=?", (slot.key, task_id))
+            assigned = self._db.execute(
+                "UPDATE tasks SET config_key=? WHERE task_id=? AND status='received'",
+                (spec.key, tid),
+            ).rowcount
             self._db.commit()
-        fut.add_done_callback(lambda f: self._finish(task_id, slot, f.result()))
-        try:
-            with slot.submitting:
-                slot.engine.submit(fut, packed_task, resource_specification={})
-        except Exception as e:
-            if not fut.done():
-                self._finish(task_id, slot, _error_result(task_id, "SUBMIT_FAILED", str(e)))
+            if not assigned:
+                return  # cancelled while it waited
+            try:
+                uep = self.pool.take(spec, tid)
+            except Exception as e:
+                msg = f"endpoint {self.site.name} could not start a user endpoint process: {e}"
+                logger.exception(msg)
+                self._finish(tid, protocol.error_result(tid, "ENGINE_START_FAILED", msg))
+                return
+        self.pool.send(uep, tid, task.packed_task)
 
     def _started(self, task_id: str, job_id: Any, block_id: Any) -> None:
         now = time.time()
@@ -327,17 +257,19 @@ class SiteEndpoint:
             }
         )
 
-    def _finish(self, task_id: str, slot: EngineSlot | None, packed_result: bytes) -> None:
+    def _finish(self, task_id: str, packed_result: bytes) -> None:
+        """Keep ``task_id``'s result and push it (the first result of a task stands)."""
         now = time.time()
         with self._lock:
-            if slot is not None:
-                slot.outstanding.discard(task_id)
-                slot.last_used = time.monotonic()
-            self._db.execute(
-                "UPDATE tasks SET status='done', result_b64=?, completed_at=? WHERE task_id=?",
+            done = self._db.execute(
+                "UPDATE tasks SET status='done', result_b64=?, completed_at=? "
+                "WHERE task_id=? AND status!='done'",
                 (protocol.b64(packed_result), now, task_id),
-            )
+            ).rowcount
             self._db.commit()
+        if not done:
+            logger.info("task %s already finished; a later result is dropped", task_id)
+            return
         self._broadcast(
             {
                 "op": "task.result",
@@ -347,8 +279,9 @@ class SiteEndpoint:
             }
         )
 
-    def cancel(self, task_id: str) -> tuple[bool, str]:
-        """Cancel a task that has not started: stops its engine if it holds nothing else."""
+    def cancel(self, task_id: str, wait_s: float = 30.0) -> tuple[bool, str]:
+        """Cancel a task that has not started: ends its user endpoint process (whose engine
+        shutdown cancels the queued batch job) if that holds nothing else."""
         with self._lock:
             row = self._db.execute(
                 "SELECT status, config_key FROM tasks WHERE task_id=?", (task_id,)
@@ -358,14 +291,14 @@ class SiteEndpoint:
             status, key = row
             if status != "received":
                 return False, f"task is {status}; only queued tasks can be cancelled"
-            slot = self._slots.get(key) if key else None
-            if slot is not None and slot.outstanding - {task_id}:
-                return False, "its engine holds other tasks"
-            if slot is not None:
-                del self._slots[key]
-        if slot is not None:
-            slot.engine.shutdown()  # cancels the queued batch job (scancel)
-        self._finish(task_id, None, _error_result(task_id, "CANCELLED", "task cancelled"))
+            uep, why = self.pool.withdraw(key, task_id) if key else (None, "")
+            if why:
+                return False, why
+        if uep is not None:
+            self.pool.stop(uep, "cancel")
+            if not self.pool.wait(uep, wait_s):  # its engine cancels the job (scancel)
+                logger.warning("UEP %s still shutting down after a cancel", uep.pid)
+        self._finish(task_id, protocol.error_result(task_id, "CANCELLED", "task cancelled"))
         return True, "cancelled"
 
     def resend_result(self, task_id: str) -> None:
@@ -401,17 +334,20 @@ class SiteEndpoint:
         return out
 
     def info(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "site": self.site.name,
-                "endpoint_id": str(self.endpoint_id),
-                "pid": os.getpid(),
-                "engines": len(self._slots),
-                "outstanding": sum(len(s.outstanding) for s in self._slots.values()),
-                # what a real endpoint reports as its metadata (CloudSite compares Pythons)
-                "python_version": platform.python_version(),
-                "hostname": socket.gethostname(),
-            }
+        """The status report (``ping`` reply, heartbeat): the manager and each UEP."""
+        ueps = self.pool.report()
+        return {
+            "site": self.site.name,
+            "endpoint_id": str(self.endpoint_id),
+            "pid": os.getpid(),
+            "rss_mb": round(rss_kb(os.getpid()) / 1024, 1),
+            "engines": len(ueps),
+            "outstanding": sum(u["outstanding"] for u in ueps),
+            "user_endpoints": ueps,
+            # what a real endpoint reports as its metadata (CloudSite compares Pythons)
+            "python_version": platform.python_version(),
+            "hostname": socket.gethostname(),
+        }
 
 
 def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
@@ -430,17 +366,15 @@ def _serve_connection(ep: SiteEndpoint, conn: Connection) -> None:
                 elif op == "subscribe":
                     ep.subscribe(conn)
                 elif op == "submit" and ep.receive(msg["task_id"]):
-                    threading.Thread(
-                        target=ep.run,
-                        args=(
+                    ep.enqueue(
+                        Task(
                             msg["task_id"],
                             protocol.unb64(msg["packed_task"]),
                             msg.get("user_endpoint_config") or {},
                             msg.get("user_runtime"),
-                        ),
-                        daemon=True,
-                        name=f"submit-{msg['task_id'][:8]}",
-                    ).start()
+                            msg.get("identity"),
+                        )
+                    )
                 elif op == "submit":  # a resend (the service missed our reply): its result
                     ep.resend_result(msg["task_id"])  # may have gone to nobody meanwhile
                 elif op == "status":
@@ -475,12 +409,6 @@ def serve(site: SiteSpec, endpoint_id: uuid.UUID, run_dir: Path) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-
-    def _reaper() -> None:
-        while not ep._stopping.wait(5):
-            ep.reap_idle()
-
-    threading.Thread(target=_reaper, daemon=True, name="reaper").start()
 
     def _heartbeats() -> None:
         while not ep._stopping.wait(ep.heartbeat_s):

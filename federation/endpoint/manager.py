@@ -12,11 +12,20 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from federation.core.errors import SiteUnavailableError
+from federation.endpoint.connection import ask
 from federation.endpoint.worker_env import worker_init, worker_venv
 
 logger = logging.getLogger(__name__)
+
+LOCAL_LIFETIMES = {
+    "FEDERATION_EP_HEARTBEAT_S": "5",
+    "FEDERATION_IDLE_HEARTBEATS_SOFT": "10",
+    "FEDERATION_IDLE_HEARTBEATS_HARD": "24",
+}
+"""Site-admin settings of the local endpoints (unless the environment sets them)."""
 
 LOCAL_NAMESPACE = uuid.UUID("6f1c0c3e-3b9a-4b7e-9a55-0f6c2d2f9e10")
 
@@ -67,6 +76,17 @@ class EndpointDaemons:
             return None
         return pid if _alive(pid) else None
 
+    def report(self, site: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
+        """The site's endpoint's status report (``ping``: its user endpoint processes with
+        their memory, ...); None if it is not running or does not answer."""
+        if self.pid(site) is None:
+            return None
+        try:
+            return ask(self.run_dir(site), {"op": "ping"}, timeout_s)
+        except SiteUnavailableError as e:
+            logger.warning("site %s: no status report: %s", site, e)
+            return None
+
     def start(self, site: str, site_env: Mapping[str, str], timeout_s: float = 30.0) -> int:
         """Start the site's endpoint unless it runs; returns its pid (idempotent).
 
@@ -102,6 +122,12 @@ class EndpointDaemons:
             "FEDERATION_HEARTBEAT_PERIOD_S": "10",
             "FEDERATION_HEARTBEAT_THRESHOLD_S": "45",
         }
+        # the endpoint's heartbeat (5 s, not 30) and so its user endpoint processes' idle
+        # lives: 10 beats (50 s) after their last task, and 24 beats (2 min) with tasks
+        # outstanding but none moving (a site's default is 48 h), after which a process
+        # ends and its blocks are cancelled (a withdrawn copy's held block among them)
+        for key, value in LOCAL_LIFETIMES.items():
+            env.setdefault(key, value)
         log = (run_dir / "endpoint.stdout").open("ab")
         proc = subprocess.Popen(
             [

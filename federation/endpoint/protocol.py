@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import secrets
+import uuid
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,20 @@ def b64(data: bytes) -> str:
 
 def unb64(text: str) -> bytes:
     return base64.b64decode(text.encode())
+
+
+def error_result(task_id: str, code: str, message: str) -> bytes:
+    """A packed ``Result`` failing ``task_id`` with ``message`` (what the SDK raises)."""
+    from globus_compute_common import messagepack
+    from globus_compute_common.messagepack.message_types import Result
+
+    res = Result(
+        task_id=uuid.UUID(task_id),
+        data=message,
+        error_details={"code": code, "user_message": message},
+    )
+    packed: bytes = messagepack.pack(res)
+    return packed
 
 
 def read_or_create_key(path: Path) -> bytes:

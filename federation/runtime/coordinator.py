@@ -57,6 +57,9 @@ if TYPE_CHECKING:
     from federation.runtime.transfers import TransferHandle, TransferManager
     from federation.transfer import SyncLevel, TransferBackend
 
+DEFAULT_PROBE_INTERVAL_S = 2.0
+"""How long ``submit_task`` reuses a snapshot by default (a burst's placements share one)."""
+
 
 class Coordinator:
     """Runs tasks across sites: probe, place, ship, and resume callers through events.
@@ -64,7 +67,10 @@ class Coordinator:
     Args:
         backends: one :class:`SiteBackend` per site.
         probe_timeout_s: a site whose probe takes longer is marked unreachable.
-        probe_interval_s: a snapshot younger than this is reused by ``submit_task``.
+        probe_interval_s: a snapshot younger than this is reused by ``submit_task`` (the
+            coordinator's own placements since are laid over it), so a burst is placed
+            from one probe round: a round is one request per site to the Globus Compute
+            service, whose SDK allows 4 per 16 s per executor before it throttles.
         telemetry: where snapshots are kept over time (optional).
         caller_sites: each caller's own backends, where work must act under the caller's
             identity (:mod:`federation.runtime.callers`); default: the shared ones for all.
@@ -76,7 +82,7 @@ class Coordinator:
         *,
         policy: str | Policy = AUTO,
         probe_timeout_s: float = 30.0,
-        probe_interval_s: float = 0.0,
+        probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
         telemetry: Telemetry | None = None,
         bus: EventBus | None = None,
         store: Store | None = None,

@@ -382,6 +382,11 @@ class Hedging:
         """A copy reports running: the first one wins, the others are cancelled."""
         at = datetime.now(UTC)
         with self.reg.lock:
+            late = handle.done and c.state == "won"
+        if late:  # read after the winner's end (its claim): the trace gains its job id
+            self.life.start(handle, slurm_job_id, at=at)
+            return
+        with self.reg.lock:
             if handle.done:
                 return
             if c.state == "cancelling":  # a cancel is on its way; replayed if it fails

@@ -1,18 +1,18 @@
 """After a crash: which unacknowledged submissions reached their site.
 
-:meth:`~federation.runtime.shipping.Shipping.send` ships one task (or copy) at a time and
-keeps its intent on record (``ship_state='submitting'``) until the site's acknowledgement
-(its Globus Compute id) is recorded. So after a crash at most one record is ``submitting``
-with no id, and the coordinator's work task group (which holds nothing but tasks and
-copies: probes run in a group of their own) holds at most one task that no record claims.
+:meth:`~federation.runtime.shipping.Shipping.send` keeps each task's (or copy's) intent on
+record (``ship_state='submitting'``) until the site's acknowledgement (its Globus Compute
+id) is recorded; the coordinator's work task group holds nothing but tasks and copies
+(probes run in a group of their own). After a crash, records still ``submitting`` are
+those of the batches in flight.
 :func:`settle` asks the site for the group and pairs them:
 
 * one ``submitting`` record and one unclaimed task: the site accepted it; it is re-attached
   under that id (it runs, or ran, once);
 * no unclaimed task: the site never received it; it is shipped again;
 * a record that never reached ``submitting`` was never handed to a site: shipped again;
-* anything else (an acknowledgement that timed out earlier leaves more than one
-  ``submitting`` record) cannot be paired safely, and says so instead of guessing.
+* anything else (several records of a batch in flight, and tasks no record claims) cannot
+  be paired by the group alone, and says so instead of guessing: never shipped again.
 """
 
 from __future__ import annotations

@@ -7,22 +7,23 @@ goes to ``on_done``). Hedged copies and retries ship through the same helpers
 
 **Shipping is idempotent across crashes.** With a store, :meth:`Shipping.send` records the
 intent (``ship_state='submitting'``) before the site is asked and the acknowledged id
-(``acked``) after, one submission at a time: so when a coordinator dies anywhere in
-between, at most one record is ``submitting`` and the site's task group holds at most one
-task no record claims. A restart asks the site (the task group) and pairs the two, or,
-when the group holds none, knows the task never reached the site and ships it again
-(:mod:`federation.runtime.intents`).
+(``acked``) once the SDK's batch was accepted (:mod:`federation.runtime.acks`, off the
+caller's path: the SDK batches a shape's tasks, up to 128 per request, under its own rate
+limit). A restart asks the site (the task group) and pairs a lone ``submitting`` record
+with the lone task no record claims, or, when the group holds none, knows the task never
+reached the site and ships it again (:mod:`federation.runtime.intents`). Records left
+``submitting`` together (a batch in flight when the coordinator died) cannot be paired
+by the group alone: they are reported as possibly run, never shipped twice.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
+from federation.runtime.acks import Acks
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.results import shipped
@@ -36,27 +37,7 @@ if TYPE_CHECKING:
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
 
-ACK_TIMEOUT_S = 30.0
-
 OnDone = Callable[[TaskHandle, "Future[Any]"], None]
-
-
-def await_task_id(fut: Future[Any], timeout_s: float) -> str | None:
-    """The Globus Compute task id, once the service acknowledged the submission.
-
-    The SDK sets ``task_id`` on the future from its submitter thread (milliseconds after
-    ``submit``) and offers no notification, so this waits on it in short steps, bounded.
-    """
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while time.monotonic() < deadline:
-        tid = getattr(fut, "task_id", None)
-        if tid is not None:
-            return str(tid)
-        if fut.done():
-            return None
-        pause.wait(0.002)
-    return None
 
 
 class Shipping:
@@ -67,8 +48,8 @@ class Shipping:
         self.reg = reg
         self.life = life
         self.on_done = on_done
-        self._send_lock = threading.Lock()
-        """One submission in flight at a time (with a store): see :meth:`send`."""
+        self.acks = Acks()
+        """Records each shipment's acknowledgement as the SDK sets it (:meth:`send`)."""
 
     def ship_once(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
         """Record ``handle`` (``task.queued``) and submit it to its one site."""
@@ -113,27 +94,30 @@ class Shipping:
         copy: TaskCopy | None = None,
     ) -> Future[Any]:
         """Hand ``handle`` (or one ``copy`` of it) to its site through ``submit``, with the
-        intent on record before and the Globus Compute id the site acknowledged after (see
-        the module's note). Without a store it only submits."""
+        intent on record before and the Globus Compute id the site acknowledged recorded
+        after, off the caller's path (:class:`~federation.runtime.acks.Acks`; see the
+        module's note). Without a store it only submits."""
         store = self.rt.store
         if store is None:
             return submit()
-        with self._send_lock:
-            self._mark(handle, copy, ship_state="submitting")
-            crash_point("shipping")
-            try:
-                fut = submit()
-            except BaseException:
-                self._mark(handle, copy, ship_state=None)  # nothing reached the site
-                raise
-            tid = await_task_id(fut, ACK_TIMEOUT_S)
-            crash_point("accepted")
-            if tid is not None:
-                self._mark(handle, copy, compute_task_id=tid, ship_state="acked")
-            elif fut.done():  # refused before any acknowledgement: not on the site
-                self._mark(handle, copy, ship_state=None)
-            # else: no word within ACK_TIMEOUT_S; it stays 'submitting' for a restart to ask
-            return fut
+        self._mark(handle, copy, ship_state="submitting")
+        crash_point("shipping")
+        try:
+            fut = submit()
+        except BaseException:
+            self._mark(handle, copy, ship_state=None)  # nothing reached the site
+            raise
+        self.acks.watch(fut, lambda tid: self._acked(handle, copy, fut, tid))
+        return fut
+
+    def _acked(
+        self, handle: TaskHandle, copy: TaskCopy | None, fut: Future[Any], tid: str | None
+    ) -> None:
+        crash_point("accepted")
+        if tid is not None:
+            self._mark(handle, copy, compute_task_id=tid, ship_state="acked")
+        elif fut.done():  # refused before any acknowledgement: not on the site
+            self._mark(handle, copy, ship_state=None)
 
     def _mark(self, handle: TaskHandle, copy: TaskCopy | None, **fields: Any) -> None:
         store = self.rt.store

@@ -63,7 +63,7 @@ PATTERNS: dict[str, Pattern] = {
         re.compile(rb"fedtok_[0-9a-f]{12}_(?P<v>[A-Za-z0-9_-]{20,})"), b"fedtok_"
     ),
     "Globus token": Pattern(
-        re.compile(rb"(?P<v>Ag[A-Za-z0-9]{40,})(?![A-Za-z0-9+/=_-])"), b"ag", alone=True
+        re.compile(rb"(?P<v>Ag[A-Za-z0-9]{40,400})(?![A-Za-z0-9+/=_-])"), b"ag", alone=True
     ),
     "OAuth token field": Pattern(
         re.compile(
@@ -87,7 +87,9 @@ PATTERNS: dict[str, Pattern] = {
         b"client_secret",
     ),
 }
-"""What a credential looks like, by kind (matched on bytes)."""
+"""What a credential looks like, by kind (matched on bytes). A Globus token is tens of
+characters (access ~70, refresh ~90): a run of thousands is a page of base64 (an SQLite
+overflow page of a serialized function starts with one), not a token."""
 
 
 def redact(secret: str | bytes, keep: int = 4) -> str:

@@ -60,25 +60,45 @@ class EndpointInfo(Frozen):
     checked_at: float
 
 
+_SHELL_SIZE_FN = ShellFunction("{command}")
+
+
 def payload_size_bytes(client: Client, task: TaskSpec) -> int:
-    """Bytes the SDK would send for ``task``: serialized function plus arguments."""
+    """Bytes the SDK would send for ``task``: serialized function plus arguments (a shell
+    task's function is one shared object whose command is its argument)."""
     ser = client.fx_serializer
     try:
         if isinstance(task, ShellTask):
-            fn: Any = ShellFunction(task.command, snippet_lines=task.snippet_lines)
+            fn: Any = _SHELL_SIZE_FN
             args: tuple[Any, ...] = ()
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"command": task.command}
         elif isinstance(task, PythonTask):
             fn, args, kwargs = task.fn, tuple(task.args), dict(task.kwargs)
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
-        code = ser.serialize(fn)
+        code = _code_size(ser, fn)
         payload = ser.pack_buffers([ser.serialize(args), ser.serialize(kwargs)])
     except SerializationError:
         raise
     except Exception as e:
         raise SerializationError(f"task {task.label!r} cannot be serialized: {e}") from e
-    return len(code.encode()) + len(payload.encode())
+    return code + len(payload.encode())
+
+
+_CODE_SIZES: dict[int, tuple[Any, int]] = {}
+
+
+def _code_size(ser: Any, fn: Any) -> int:
+    """The serialized function's size, once per function object (serializing by source
+    takes milliseconds; a fan-out ships one function many times)."""
+    hit = _CODE_SIZES.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    size = len(ser.serialize(fn).encode())
+    if len(_CODE_SIZES) > 1024:
+        _CODE_SIZES.clear()
+    _CODE_SIZES[id(fn)] = (fn, size)
+    return size
 
 
 def check_payload(client: Client, task: TaskSpec, site: str) -> int:
@@ -162,11 +182,12 @@ class CloudSite(ComputeSite):
         self._info: EndpointInfo | None = None
         self._info_lock = threading.Lock()
         self.warnings: list[str] = []
+        self._jobs_function = ShellFunction("{command}", name="federation_jobs")
         self.jobs: TaggedJobs | None = (
             None if job_check_s is None else TaggedJobs(self.name, self._run_shell, job_check_s)
         )
-        """Each task's tagged Slurm job: its start read from ``squeue`` every
-        ``job_check_s`` seconds while one waits, its withdrawal by marker and ``scancel``
+        """Each task's claim on the site: its start read from one listing of the claims
+        every ``job_check_s`` seconds while one waits, its withdrawal by claiming first
         (None: the site's config turned this off, so nothing here can be cancelled)."""
 
     def endpoint_info(self, *, refresh: bool = False) -> EndpointInfo:
@@ -254,21 +275,26 @@ class CloudSite(ComputeSite):
         if isinstance(version, str) and version:
             self.worker_python = version
 
-    def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
+    def submit(self, task: TaskSpec, shape: Shape, tag: str | None = None) -> Future[Any]:
+        """Ship ``task`` with its shape's config; it claims ``tag`` (a fresh one if none is
+        given) on the site before it runs, so its start is read from its claim and a
+        withdrawal can win the claim first (:mod:`federation.sites.jobwatch`)."""
         check_payload(self.client, task, self.name)
         self._check_python(self.endpoint_info(), task)
-        tag = jobtags.new_tag() if self.jobs is not None else None
+        if self.jobs is not None and tag is None:
+            tag = jobtags.new_tag()
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            fut = self.submit_tagged(task, shape, tag)
+            fut = self.submit_tagged(task, shape, tag if self.jobs is not None else None)
         if self.jobs is not None and tag is not None:
-            self.jobs.track(tag, fut)
+            self.jobs.track(tag, fut, jobtags.shape_tag(self.shape_config(shape)))
         return fut
 
     def _run_shell(self, command: str) -> Future[Any]:
-        """Run ``command`` on the site's login node (the endpoint's probe profile)."""
+        """Run ``command`` on the site's login node (the endpoint's probe profile), through
+        one function registered once (the command is its argument)."""
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
             fut: Future[Any] = self.executor({"profile": "probe"}).submit(
-                ShellFunction(command, name="federation_jobs")
+                self._jobs_function, command=command
             )
         return fut
 
@@ -278,8 +304,8 @@ class CloudSite(ComputeSite):
             self.jobs.on_started(listener)
 
     def cancel(self, task_id: str) -> bool:
-        """Withdraw a task not seen started: its marker, then ``scancel`` of its pending job
-        (the service itself has no task cancel)."""
+        """Withdraw a task not seen started: claim its tag first and hold its shape's
+        pending blocks beyond the work still waiting (the service has no task cancel)."""
         return self.jobs is not None and self.jobs.withdraw(task_id)
 
     @property

@@ -7,9 +7,7 @@ difference is the ``Client`` and the executor factory passed in, i.e. configurat
 from __future__ import annotations
 
 import json
-import keyword
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -23,9 +21,9 @@ from federation.core.errors import SiteUnavailableError
 from federation.core.spec import SiteSpec
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
 from federation.sites import jobtags
-from federation.sites.endpoint_config import shape_to_user_config
 from federation.sites.shipping import code_payload, executor_serializer
-from functions.jobs import unless_cancelled
+from federation.sites.user_config import shape_to_user_config
+from functions.jobs import claim_then_run
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +41,6 @@ def cloud_executor(
         user_endpoint_config=uec,
         task_group_id=task_group_id,
     )
-
-
-def _identifier(name: str) -> str:
-    """ShellFunction names must be Python identifiers: 'shell-env' -> 'shell_env'."""
-    ident = re.sub(r"\W", "_", name)
-    return ident if ident.isidentifier() and not keyword.iskeyword(ident) else f"task_{ident}"
 
 
 class ComputeSite:
@@ -89,7 +81,7 @@ class ComputeSite:
         self._reloaders: list[Executor] = []
         """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
-        self._tag_lock = threading.Lock()
+        self._shell_functions: dict[int, ShellFunction] = {}
 
     @property
     def name(self) -> str:
@@ -139,10 +131,10 @@ class ComputeSite:
     def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
         return self.submit_tagged(task, shape, None)
 
-    def submit_tagged(self, task: TaskSpec, shape: Shape, tag: str | None) -> Future[Any]:
-        """Ship ``task``; with a ``tag``, its batch job is named ``fed.<tag>`` (the
-        ``job_tag`` template variable) and the task first checks the tag's withdrawal
-        marker (:mod:`federation.sites.jobtags`), so it can be found and withdrawn."""
+    def shape_config(self, shape: Shape) -> dict[str, Any]:
+        """The ``user_endpoint_config`` every task of ``shape`` shares here: nothing per task
+        in it, so one user endpoint process, one executor and one request per batch serve
+        the shape, and its batch jobs are named ``fed.<shape>`` (:func:`jobtags.shape_tag`)."""
         uec = shape_to_user_config(
             partition=shape.partition,
             nodes=shape.nodes,
@@ -152,36 +144,42 @@ class ComputeSite:
             walltime_s=shape.walltime_s,
             account=shape.account,
         )
-        ex = self.executor(uec)
+        return {**uec, "job_tag": jobtags.shape_tag(uec)}
+
+    def submit_tagged(self, task: TaskSpec, shape: Shape, tag: str | None) -> Future[Any]:
+        """Ship ``task`` with its shape's config; with a ``tag``, the task first claims the
+        tag on the site (:mod:`federation.sites.jobtags`), so its start can be read and a
+        withdrawal can win the claim before it. The tag rides in the task's arguments,
+        never in the config, which stays the shape's."""
+        ex = self.executor(self.shape_config(shape))
         fn: Any
         args: tuple[Any, ...] = ()
         kwargs: dict[str, Any] = {}
         if isinstance(task, ShellTask):
             command = task.command if tag is None else jobtags.guarded_command(task.command, tag)
-            fn = ShellFunction(
-                command,
-                snippet_lines=task.snippet_lines,
-                name=_identifier(task.name) if task.name else None,
-            )
+            # one function object per site and snippet length: registered once per
+            # executor, never per task (the command is its argument)
+            fn = self._shell_function(task.snippet_lines)
+            kwargs = {"command": command}
         elif isinstance(task, PythonTask) and tag is None:
             fn, args, kwargs = task.fn, tuple(task.args), dict(task.kwargs)
         elif isinstance(task, PythonTask):
-            fn = unless_cancelled
-            args = (jobtags.marker(tag), code_payload(task.fn), tuple(task.args), task.kwargs)
+            fn = claim_then_run
+            args = (jobtags.claim_path(tag), code_payload(task.fn), tuple(task.args), task.kwargs)
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
-        if tag is None:
-            fut: Future[Any] = ex.submit(fn, *args, **kwargs)
-            return fut
-        # one executor per shape: the tag rides on this one submission (the SDK copies the
-        # config into the submission when ``submit`` is called)
-        with self._tag_lock:
-            ex.user_endpoint_config = {**uec, "job_tag": tag}
-            try:
-                fut = ex.submit(fn, *args, **kwargs)
-            finally:
-                ex.user_endpoint_config = uec
+        fut: Future[Any] = ex.submit(fn, *args, **kwargs)
         return fut
+
+    def _shell_function(self, snippet_lines: int) -> ShellFunction:
+        with self._lock:
+            fn = self._shell_functions.get(snippet_lines)
+            if fn is None:
+                fn = ShellFunction(
+                    "{command}", snippet_lines=snippet_lines, name="federation_shell"
+                )
+                self._shell_functions[snippet_lines] = fn
+            return fn
 
     def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
         """Reload this site's tasks from the task group (``Executor.reload_tasks``).

@@ -27,7 +27,6 @@ regenerates them, ``--check`` only compares).
 from __future__ import annotations
 
 import json
-import math
 import os
 import pwd
 import re
@@ -39,11 +38,9 @@ from typing import Any
 import jinja2
 import jsonschema
 import yaml
-from pydantic import Field
 
 from federation.core.envelope import format_walltime
 from federation.core.errors import FederationError, TemplateVariableError
-from federation.core.model import Frozen
 from federation.core.spec import PartitionSpec, SiteSpec
 from federation.sites.endpoint_messages import missing_variable, schema_violation
 
@@ -81,85 +78,10 @@ WALLTIME_PATTERN = rf"^[0-9]{{1,3}}:[0-5][0-9]:[0-5][0-9]{_END}"
 # ``source ~/venv/bin/activate``; no quotes, ``$``, backticks, ``;&|<>()``, globs, backslash
 # or newline. More setup goes into a script the user sources.
 WORKER_INIT_PATTERN = rf"^[A-Za-z0-9_./=:,+@%~ -]*{_END}"
-# job_tag names the batch job ``fed.<job_tag>`` (squeue/scancel find one task's job by it).
+# job_tag names the batch jobs ``fed.<job_tag>`` of one shape (``jobtags.shape_tag``): the
+# same for every task of the shape, so it adds no config (and no user endpoint process).
 JOB_TAG_PATTERN = rf"^[A-Za-z0-9_.-]{{1,40}}{_END}"
 JOB_NAME_PREFIX = "fed."
-
-
-# --------------------------------------------------------------------------------------
-# Shape -> user_endpoint_config
-# --------------------------------------------------------------------------------------
-
-
-class UserEndpointShape(Frozen):
-    """One ``task``-profile user_endpoint_config; site bounds are the schema's job."""
-
-    partition: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    nodes: int = Field(ge=1)
-    cpus: int = Field(ge=1, description="CPUs per node (--cpus-per-task, one task per node)")
-    mem_gb: int = Field(ge=1, description="memory per node, GB")
-    gpus: int = Field(ge=0, description="GPUs per node")
-    walltime_s: int = Field(gt=0)
-    account: str | None = None
-    worker_init: str | None = None
-    job_tag: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
-
-    def to_user_config(self) -> dict[str, Any]:
-        uec: dict[str, Any] = {
-            "profile": "task",
-            "partition": self.partition,
-            "nodes": self.nodes,
-            "cpus": self.cpus,
-            "mem_gb": self.mem_gb,
-            "gpus": self.gpus,
-            "walltime": walltime_hms(self.walltime_s),
-        }
-        if self.account is not None:
-            uec["account"] = self.account
-        if self.worker_init:
-            uec["worker_init"] = self.worker_init
-        if self.job_tag is not None:
-            uec["job_tag"] = self.job_tag
-        return uec
-
-
-def walltime_hms(seconds: float) -> str:
-    """Seconds -> Slurm ``"HH:MM:SS"`` (rounded up to whole seconds; hours may pass 24)."""
-    return format_walltime(math.ceil(seconds))
-
-
-def shape_to_user_config(
-    partition: str,
-    nodes: int,
-    cpus: int,
-    mem_gb: int,
-    gpus: int,
-    walltime_s: float,
-    account: str | None = None,
-    worker_init: str | None = None,
-    *,
-    site: SiteSpec | None = None,
-    job_tag: str | None = None,
-) -> dict[str, Any]:
-    """The ``user_endpoint_config`` for one shaped task (``profile: task``).
-
-    With no ``account`` and a ``site``, the partition's own account is named
-    (:meth:`SiteSpec.account_for`: Delta's GPU partitions charge ``<proj>-delta-gpu``);
-    with neither, the site's template picks the same account.
-    """
-    if account is None and site is not None:
-        account = site.account_for(partition)
-    return UserEndpointShape(
-        partition=partition,
-        nodes=nodes,
-        cpus=cpus,
-        mem_gb=mem_gb,
-        gpus=gpus,
-        walltime_s=math.ceil(walltime_s),
-        account=account,
-        worker_init=worker_init,
-        job_tag=job_tag,
-    ).to_user_config()
 
 
 # --------------------------------------------------------------------------------------
@@ -421,11 +343,27 @@ def _submit_facts(
     }
 
 
+DEFAULT_MAX_BLOCKS = 32
+"""Blocks (batch jobs) one shape may hold at once where the site publishes no per-user
+limit."""
+
+
+def max_blocks(p: PartitionSpec | None) -> int:
+    """How many blocks one shape's engine may grow to on partition ``p``: its outstanding
+    tasks, up to the jobs one user may run there (more would only wait in the queue and
+    count against the submit limit), else :data:`DEFAULT_MAX_BLOCKS`."""
+    if p is None:
+        return DEFAULT_MAX_BLOCKS
+    limit = p.max_running_jobs_per_user or p.max_submitted_jobs_per_user
+    return limit if limit is not None else DEFAULT_MAX_BLOCKS
+
+
 def _partition_facts(site: SiteSpec, p: PartitionSpec) -> dict[str, Any]:
     o = site.submit_options(p.name)
-    return _submit_facts(
+    facts = _submit_facts(
         o.account, o.qos, o.constraint, o.gpu_request, o.mem_request, o.scheduler_options
     )
+    return {**facts, "max_blocks": max_blocks(p)}
 
 
 def _template_header(site: SiteSpec) -> str:
@@ -442,7 +380,8 @@ def _template_header(site: SiteSpec) -> str:
             site.gpu_request,
             site.mem_request,
             site.scheduler_options,
-        ),
+        )
+        | {"max_blocks": max_blocks(None)},
         "partitions": {p.name: _partition_facts(site, p) for p in site.partitions},
     }
     return (

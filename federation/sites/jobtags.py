@@ -1,47 +1,82 @@
-"""Finding one task's Slurm job on a site, where the Globus Compute service tells nothing.
+"""Finding one task on a site, where the Globus Compute service tells nothing: claims.
 
-The real service reports no start and has no task cancel. So every task shipped to a cloud
-site carries a tag in its ``user_endpoint_config`` (``job_tag``); the site's template names
-the batch job ``fed.<tag>``, and two small shell functions, run on the login node through
-the endpoint's probe profile, read ``squeue`` for the tagged jobs (a copy's start) and
-withdraw one (a marker the task checks before it runs, then ``scancel`` of its pending job).
-Tags are lowercase hex, so they need no shell quoting.
+The real service reports no start and has no task cancel, and tasks of one shape share one
+``user_endpoint_config`` (one user endpoint process, one request per batch, blocks shared
+by the shape), so nothing per task can ride in the config or the batch job's name. Instead
+every task shipped to a cloud site carries a **tag** in its own arguments, and its first act
+on the site is to **claim** the tag: it creates ``~/.federation-jobs/claims/<tag>``
+atomically (``O_EXCL``; ``set -C`` in the shell) holding its ``$SLURM_JOB_ID`` and
+``$GC_TASK_UUID``. A task whose claim exists already stops before running anything of the
+scientist's (exit 125).
+
+* **Starts**: one shell function per site per look lists the claims of the tags still
+  waiting (:func:`look_command`), so the coordinator learns each start with its Slurm job id
+  and the Globus Compute id of the task that claimed it.
+* **Withdrawals** claim the same name first (:func:`withdraw_command`): the one that
+  creates the file wins. A withdrawal that wins also holds (``scontrol uhold``) the pending
+  blocks of the task's shape beyond the work still waiting for them, so the withdrawn copy
+  makes no new Slurm job start; a later look releases held blocks once the shape has work
+  for them again (:func:`look_command`'s ``shapes``).
+
+The user's home is shared by the login and compute nodes on every site. Tags and shape
+names are lowercase hex and dotted words, so they need no shell quoting.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from federation.core.model import Frozen
 
 JOB_NAME_PREFIX = "fed."
-MARKER_DIR = ".federation-jobs/cancelled"
+CLAIM_DIR = ".federation-jobs/claims"
 """Under the user's home on the site, which its login and compute nodes share."""
-MARKER_KEEP_DAYS = 7
-STARTED_STATES = frozenset(
-    {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
-)
-"""Slurm states of a job that has started (its task may have run)."""
+CLAIM_KEEP_DAYS = 7
+WITHDRAWN = "withdrawn"
+"""What a withdrawal writes into the claim it wins."""
+WITHDRAWN_EXIT = 125
 
 _TAG = re.compile(r"^[0-9a-f]{8,40}$")
+_SHAPE = re.compile(r"^[0-9a-f]{8,24}$")
 
 
-class TaggedJob(Frozen):
-    """One tagged job as ``squeue`` lists it."""
+class Claim(Frozen):
+    """One claim as the site lists it: who took the tag first."""
 
     tag: str
-    job_id: str
-    state: str
+    withdrawn: bool = False
+    job_id: str | None = None
+    compute_task_id: str | None = None
 
-    @property
-    def started(self) -> bool:
-        return self.state in STARTED_STATES
+
+class ShapeJobs(Frozen):
+    """A shape's batch jobs on the site, as one look counted them."""
+
+    pending: int = 0
+    held: int = 0
+    running: int = 0
+
+
+class Look(Frozen):
+    """One look's answer: the claims of the tags asked about, and each shape's jobs."""
+
+    claims: dict[str, Claim] = {}
+    shapes: dict[str, ShapeJobs] = {}
 
 
 def new_tag() -> str:
     return uuid.uuid4().hex[:20]
+
+
+def tag_for(*parts: object) -> str:
+    """A tag derived from what identifies one shipment (task id, attempt, copy), so a
+    restarted coordinator finds the same claim again."""
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:20]
 
 
 def _check(tag: str) -> str:
@@ -50,62 +85,140 @@ def _check(tag: str) -> str:
     return tag
 
 
-def job_name(tag: str) -> str:
-    return JOB_NAME_PREFIX + _check(tag)
+def _check_shape(shape: str) -> str:
+    if not _SHAPE.match(shape):
+        raise ValueError(f"not a shape name: {shape!r}")
+    return shape
 
 
-def marker(tag: str) -> str:
-    """The marker's path relative to the home folder (``~/...`` for Python)."""
-    return f"~/{MARKER_DIR}/{_check(tag)}"
+def shape_tag(uec: Mapping[str, Any]) -> str:
+    """The name of a shape's batch jobs (``fed.<shape>``): a digest of its config."""
+    body = {k: v for k, v in uec.items() if k != "job_tag"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def job_name(shape: str) -> str:
+    return JOB_NAME_PREFIX + _check_shape(shape)
+
+
+def claim_path(tag: str) -> str:
+    """The claim's path relative to the home folder (``~/...`` for Python)."""
+    return f"~/{CLAIM_DIR}/{_check(tag)}"
 
 
 def guarded_command(command: str, tag: str) -> str:
-    """A shell task's command, which first stops if its copy was withdrawn."""
-    path = f'"$HOME/{MARKER_DIR}/{_check(tag)}"'
+    """A shell task's command, which first claims its tag and stops if it cannot."""
+    d = f'"$HOME/{CLAIM_DIR}"'
     return (
-        f"if [ -e {path} ]; then echo 'cancelled before it started: the coordinator "
-        f"withdrew this copy' >&2; exit 125; fi\n{command}"
+        f"mkdir -p {d} && if ! (set -C; printf '%s %s\\n' \"${{SLURM_JOB_ID:-none}}\" "
+        f'"${{GC_TASK_UUID:-none}}" > {d}/{_check(tag)}) 2>/dev/null; then '
+        "echo 'withdrawn before it started: the coordinator withdrew this copy' >&2; "
+        f"exit {WITHDRAWN_EXIT}; fi\n{command}"
     )
 
 
-def squeue_command(tags: Iterable[str]) -> str:
-    """List the tagged jobs: one ``fed.<tag>|<job id>|<state>`` line each."""
-    names = ",".join(job_name(t) for t in sorted(set(tags)))
-    return f"squeue --noheader --name={names} --format='%j|%i|%T'"
+def look_command(tags: Iterable[str], shapes: Mapping[str, int] | None = None) -> str:
+    """One look at the site: the claims of ``tags`` (``claim|<tag>|<content>`` lines) and,
+    for each shape in ``shapes`` (shape -> tasks still waiting for a block of it), its jobs
+    (``shape|<shape>|<pending>|<held>|<running>`` after releasing held blocks the waiting
+    tasks need again)."""
+    d = f'"$HOME/{CLAIM_DIR}"'
+    lines = [f"mkdir -p {d} && cd {d} || exit 3"]
+    wanted = sorted({_check(t) for t in tags})
+    if wanted:
+        lines.append(
+            f'for t in {" ".join(wanted)}; do [ -f "$t" ] && '
+            'printf \'claim|%s|%s\\n\' "$t" "$(head -c 200 "$t" | tr -d \'\\n\')"; done; true'
+        )
+    for shape, waiting in sorted((shapes or {}).items()):
+        lines.append(_shape_script(_check_shape(shape), max(0, int(waiting))))
+    lines.append(f"find . -type f -mtime +{CLAIM_KEEP_DAYS} -delete 2>/dev/null; true")
+    return "\n".join(lines)
 
 
-def cancel_command(tag: str) -> str:
-    """Withdraw one copy: leave the marker, ``scancel`` its job if still pending, and print
-    ``state:<STATE>`` (the job's state before, empty when it is not queued yet or gone)."""
-    name = job_name(tag)
-    d = f'"$HOME/{MARKER_DIR}"'
+def _shape_script(shape: str, waiting: int) -> str:
+    """Count a shape's jobs; release held ones while fewer unheld pending jobs than
+    ``waiting`` tasks remain (held blocks count as blocks to the engine, which would not
+    ask for more)."""
+    name = job_name(shape)
     return "\n".join(
         [
-            f"mkdir -p {d} && touch {d}/{tag}",
-            f"find {d} -type f -mtime +{MARKER_KEEP_DAYS} -delete 2>/dev/null || true",
-            f"state=$(squeue --noheader --name={name} --format=%T | head -n 1)",
-            f'if [ "$state" = PENDING ]; then scancel --state=PENDING --name={name}; fi',
-            'echo "state:$state"',
+            f"q=$(squeue --noheader --name={name} --format='%i %T %r' 2>/dev/null)",
+            "p=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 !~ /^JobHeld/' | grep -c .)",
+            "h=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 ~ /^JobHeld/ {print $1}')",
+            "r=$(printf '%s\\n' \"$q\" | awk '$2!=\"PENDING\"' | grep -c .)",
+            f"need=$(( {waiting} - p ))",
+            'if [ "$need" -gt 0 ] && [ -n "$h" ]; then '
+            "printf '%s\\n' $h | head -n \"$need\" | xargs -r scontrol release 2>/dev/null; fi",
+            "h=$(squeue --noheader --name=" + name + " --states=PENDING --format='%r' "
+            "2>/dev/null | grep -c '^JobHeld')",
+            f'echo "shape|{shape}|$p|$h|$r"',
         ]
     )
 
 
-def parse_squeue(stdout: str) -> dict[str, TaggedJob]:
-    """Tagged jobs by tag, from :func:`squeue_command`'s output (other lines ignored)."""
-    out: dict[str, TaggedJob] = {}
+def withdraw_command(tag: str, shape: str | None = None, waiting: int = 0) -> str:
+    """Withdraw one copy: claim its tag first (``won``) or learn who did (``lost|<content>``).
+    A won withdrawal holds its shape's unheld pending jobs beyond the ``waiting`` tasks that
+    still need them, so no Slurm job starts for the withdrawn copy."""
+    d = f'"$HOME/{CLAIM_DIR}"'
+    t = _check(tag)
+    hold = ""
+    if shape is not None:
+        name = job_name(shape)
+        hold = (
+            f"\n  ids=$(squeue --noheader --name={name} --states=PENDING --format='%i %r' "
+            "2>/dev/null | awk '$2 !~ /^JobHeld/ {print $1}' | sort -n)"
+            "\n  n=$(printf '%s\\n' \"$ids\" | grep -c .)"
+            f"\n  x=$(( n - {max(0, int(waiting))} ))"
+            '\n  if [ "$x" -gt 0 ]; then printf \'%s\\n\' $ids | tail -n "$x" | '
+            'xargs -r scontrol uhold 2>/dev/null; echo "held|$x"; fi'
+        )
+    return (
+        f"mkdir -p {d} || exit 3\n"
+        f"if (set -C; echo {WITHDRAWN} > {d}/{t}) 2>/dev/null; then\n  echo won{hold}\n"
+        f"else\n  printf 'lost|%s\\n' \"$(head -c 200 {d}/{t} | tr -d '\\n')\"\nfi"
+    )
+
+
+def _claim(tag: str, content: str) -> Claim:
+    words = content.split()
+    if words[:1] == [WITHDRAWN]:
+        return Claim(tag=tag, withdrawn=True)
+    job = words[0] if words and words[0] != "none" else None
+    tid = words[1] if len(words) > 1 and words[1] != "none" else None
+    return Claim(tag=tag, job_id=job, compute_task_id=tid)
+
+
+def parse_look(stdout: str) -> Look:
+    """:func:`look_command`'s output (other lines ignored)."""
+    claims: dict[str, Claim] = {}
+    shapes: dict[str, ShapeJobs] = {}
     for line in stdout.splitlines():
-        parts = line.strip().strip("'").split("|")
-        if len(parts) != 3 or not parts[0].startswith(JOB_NAME_PREFIX):
-            continue
-        tag = parts[0][len(JOB_NAME_PREFIX) :]
-        if _TAG.match(tag):
-            out[tag] = TaggedJob(tag=tag, job_id=parts[1].strip(), state=parts[2].strip())
-    return out
+        parts = line.strip().split("|")
+        if parts[0] == "claim" and len(parts) == 3 and _TAG.match(parts[1]):
+            claims[parts[1]] = _claim(parts[1], parts[2])
+        elif parts[0] == "shape" and len(parts) == 5 and _SHAPE.match(parts[1]):
+            try:
+                counts = [int(x) for x in parts[2:]]
+            except ValueError:
+                continue
+            shapes[parts[1]] = ShapeJobs(pending=counts[0], held=counts[1], running=counts[2])
+    return Look(claims=claims, shapes=shapes)
 
 
-def parse_cancel(stdout: str) -> str | None:
-    """The job's state before the cancel ('' when not queued or gone), None if unreadable."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("state:"):
-            return line[len("state:") :].strip()
-    return None
+def parse_withdraw(tag: str, stdout: str) -> tuple[bool, Claim | None, int]:
+    """(won, the claim that beat it when lost, blocks held)."""
+    won, claim, held = False, None, 0
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line == "won":
+            won = True
+        elif line.startswith("lost|"):
+            claim = _claim(tag, line[len("lost|") :])
+        elif line.startswith("held|"):
+            try:
+                held = int(line[len("held|") :])
+            except ValueError:
+                held = 0
+    return won, claim, held

@@ -1,11 +1,17 @@
-"""Each tagged copy's Slurm job, watched on the site: its start, and its withdrawal.
+"""Each tagged task on a site, watched through its claim: its start, and its withdrawal.
 
-:class:`TaggedJobs` belongs to one site. ``track`` records a task's tag when it is shipped;
-while any tracked task has not been seen starting, one thread asks the site every
-``check_s`` seconds (a ``squeue`` shell function through the endpoint's probe profile) and
-reports each start once to the listeners, with the Slurm job id. This is the only place the
-coordinator asks a site about its tasks: the Globus Compute service announces no start. The
-interval is the site's to choose (TACC asks polling scripts to run every few minutes).
+:class:`TaggedJobs` belongs to one site. ``track`` records a task's tag (and its shape) when
+it is shipped; while any tracked task has not been seen starting, one thread looks at the
+site every ``check_s`` seconds: one shell function through the endpoint's probe profile that
+lists the claims of the waiting tags (:func:`jobtags.look_command`), and reports each start
+once to the listeners, with the Slurm job id the task wrote into its claim. This is the only
+place the coordinator asks a site about its tasks: the Globus Compute service announces no
+start. The interval is the site's to choose (TACC asks polling scripts to run every few
+minutes).
+
+A withdrawal claims the tag before the task can (:func:`jobtags.withdraw_command`); the one
+that wins holds the shape's pending blocks beyond the work still waiting for them, and
+later looks release held blocks when the shape has work for them again.
 """
 
 from __future__ import annotations
@@ -33,15 +39,19 @@ SHELL_TIMEOUT_S = 120.0
 class _Tracked:
     tag: str
     future: Future[Any]
-    state: str = ""
+    shape: str | None = None
     job_id: str | None = None
+    claimed_by: str | None = None
+    """The Globus Compute id written into the claim (known before the acknowledgement)."""
     reported: bool = False
     withdrawn: bool = False
 
     @property
     def task_id(self) -> str | None:
         tid = getattr(self.future, "task_id", None)
-        return None if tid is None else str(tid)
+        if tid is None:
+            return self.claimed_by
+        return str(tid)
 
 
 class TaggedJobs:
@@ -54,20 +64,21 @@ class TaggedJobs:
         self._lock = threading.Lock()
         self._tracked: dict[str, _Tracked] = {}
         self._listeners: list[StartListener] = []
-        self._last_looks: set[str] = set()
-        """Tags of tasks that ended unseen: looked for once more, then forgotten."""
+        self._held: set[str] = set()
+        """Shapes where a withdrawal held pending blocks (looks release them when needed)."""
         self._wake = threading.Event()
-        self._urgent = threading.Event()
+        self._stop = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
         self.checks = 0
-        """How many ``squeue`` rounds ran (the cost of learning starts this way)."""
+        """How many looks ran (the cost of learning starts this way: one per interval)."""
+        self.withdrawals = {"won": 0, "lost": 0, "held_blocks": 0}
 
     def on_started(self, listener: StartListener) -> None:
         self._listeners.append(listener)
 
-    def track(self, tag: str, future: Future[Any]) -> None:
-        x = _Tracked(tag=tag, future=future)
+    def track(self, tag: str, future: Future[Any], shape: str | None = None) -> None:
+        x = _Tracked(tag=tag, future=future, shape=shape)
         with self._lock:
             self._tracked[tag] = x
             if self._thread is None and not self._closed:
@@ -75,17 +86,6 @@ class TaggedJobs:
                     target=self._loop, daemon=True, name=f"starts-{self.site}"
                 )
                 self._thread.start()
-        self._wake.set()
-        future.add_done_callback(lambda _f: self._ended(x))
-
-    def _ended(self, x: _Tracked) -> None:
-        """A task ended before its start was seen: its job lingers a few seconds (the
-        block idles before it is released), so one last look can still name it."""
-        with self._lock:
-            if x.reported or x.withdrawn or self._closed:
-                return
-            self._last_looks.add(x.tag)
-        self._urgent.set()
         self._wake.set()
 
     def _find(self, task_id: str) -> _Tracked | None:
@@ -95,70 +95,93 @@ class TaggedJobs:
                     return t
         return None
 
+    def waiting(self, shape: str, but: _Tracked | None = None) -> int:
+        """Tasks of ``shape`` not yet seen starting, not withdrawn and not ended."""
+        with self._lock:
+            return sum(
+                1
+                for x in self._tracked.values()
+                if x.shape == shape
+                and x is not but
+                and not (x.reported or x.withdrawn or x.future.done())
+            )
+
     # --- starts ----------------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
-            # the first read one interval after a task is shipped: none starts sooner
+            # the first look one interval after a task is shipped: none starts sooner
             if self._wait_closed(self.check_s):
                 return
             while not self._closed and self._check_once():
-                # one round per interval while something is waiting to start
-                if self._wait_closed(self.check_s):
+                if self._wait_closed(self.check_s):  # one look per interval while waiting
                     return
 
     def _wait_closed(self, seconds: float) -> bool:
-        """Wait out the interval (tasks tracked meanwhile join the next round); a last look
-        for a task that ended unseen cuts it short, as its job is released soon."""
-        self._urgent.wait(seconds)
-        self._urgent.clear()
+        self._stop.wait(seconds)
         return self._closed
 
     def _check_once(self) -> bool:
-        """One ``squeue`` round; True while tracked tasks remain unstarted."""
+        """One look; True while tracked tasks remain unreported (or holds to settle)."""
         with self._lock:
-            last = [self._tracked[t] for t in self._last_looks if t in self._tracked]
-            self._last_looks.clear()
-            for tag in [t for t, x in self._tracked.items() if x.future.done()]:
+            # a task that ended without its start seen still gets its look: its claim stays
+            for tag in [
+                t
+                for t, x in self._tracked.items()
+                if x.reported or (x.withdrawn and x.future.done())
+            ]:
                 del self._tracked[tag]
             waiting = [x for x in self._tracked.values() if not x.reported and not x.withdrawn]
-            waiting += [x for x in last if not x.reported]
-        if not waiting or self._closed:  # closed: the site's executors are gone
+            held = set(self._held)
+        if (not waiting and not held) or self._closed:
             return False
+        shapes = {s: self.waiting(s) for s in held}
         self.checks += 1
         try:
-            res = self._run(jobtags.squeue_command(x.tag for x in waiting)).result(
+            res = self._run(jobtags.look_command((x.tag for x in waiting), shapes)).result(
                 timeout=SHELL_TIMEOUT_S
             )
         except Exception as e:
-            if not self._closed:  # closing stops the result watcher the read waits on
-                logger.warning("site %s: could not read squeue for tagged jobs: %s", self.site, e)
+            if not self._closed:  # closing stops the result watcher the look waits on
+                logger.warning("site %s: could not read the task claims: %s", self.site, e)
             return True
         if getattr(res, "returncode", 0) != 0:
             logger.warning(
-                "site %s: squeue for tagged jobs failed (%s): %s",
+                "site %s: reading the task claims failed (%s): %s",
                 self.site,
                 getattr(res, "returncode", "?"),
                 str(getattr(res, "stderr", "")).strip()[-300:],
             )
             return True
-        jobs = jobtags.parse_squeue(str(getattr(res, "stdout", "")))
+        look = jobtags.parse_look(str(getattr(res, "stdout", "")))
+        for shape, jobs in look.shapes.items():
+            if jobs.held == 0:
+                with self._lock:
+                    self._held.discard(shape)
         for x in waiting:
-            job = jobs.get(x.tag)
-            if job is None:
+            claim = look.claims.get(x.tag)
+            if claim is None or claim.withdrawn:
                 continue
             with self._lock:
-                x.state, x.job_id = job.state, job.job_id
-                # a task that ended ran in its job, whatever the job's state now (a block
-                # released after idling shows CANCELLED)
-                started = job.started or (x.future.done() and job.state != "PENDING")
-                report = started and not x.reported and x.task_id is not None
+                x.job_id, x.claimed_by = claim.job_id, claim.compute_task_id
+                report = not x.reported and x.task_id is not None
                 if report:
                     x.reported = True
             if report:
                 self._report(x)
         return True
+
+    def claims(self, tags: list[str]) -> dict[str, jobtags.Claim]:
+        """The claims of ``tags`` now (one look, waited for): used after a restart to tell
+        which task is which by the Globus Compute id each wrote into its claim."""
+        res = self._run(jobtags.look_command(tags)).result(timeout=SHELL_TIMEOUT_S)
+        if getattr(res, "returncode", 0) != 0:
+            raise RuntimeError(
+                f"site {self.site}: reading the task claims failed: "
+                f"{str(getattr(res, 'stderr', '')).strip()[-300:]}"
+            )
+        return jobtags.parse_look(str(getattr(res, "stdout", ""))).claims
 
     def _report(self, x: _Tracked) -> None:
         assert x.task_id is not None
@@ -170,19 +193,20 @@ class TaggedJobs:
 
     # --- withdrawal ------------------------------------------------------------------------
     def withdraw(self, task_id: str) -> bool:
-        """Withdraw a task not known to have started: True when it will not run (its marker
-        is being left and its pending job cancelled), False when it started or is unknown.
+        """Withdraw a task not known to have started: True when the withdrawal is on its way
+        (it wins the claim unless the task claimed first, which is logged), False when it
+        started or is unknown.
 
-        Does not wait for the site (it may be called from a result callback): the outcome is
-        logged when the shell function returns."""
+        Does not wait for the site (it may be called from a result callback)."""
         x = self._find(task_id)
         if x is None or x.future.done() or self._closed:
             return False
         with self._lock:
-            if x.reported or x.state in jobtags.STARTED_STATES or x.withdrawn:
+            if x.reported or x.withdrawn:
                 return False
             x.withdrawn = True
-        fut = self._run(jobtags.cancel_command(x.tag))
+        waiting = self.waiting(x.shape, but=x) if x.shape else 0
+        fut = self._run(jobtags.withdraw_command(x.tag, x.shape, waiting))
         fut.add_done_callback(lambda f: self._withdrawn(x, f))
         return True
 
@@ -192,19 +216,36 @@ class TaggedJobs:
         except Exception as e:
             logger.warning("site %s: withdrawing task %s failed: %s", self.site, x.task_id, e)
             return
-        before = jobtags.parse_cancel(str(getattr(res, "stdout", "")))
-        if before is not None and before in jobtags.STARTED_STATES:
+        won, claim, held = jobtags.parse_withdraw(x.tag, str(getattr(res, "stdout", "")))
+        if won:
+            with self._lock:
+                self.withdrawals["won"] += 1
+                self.withdrawals["held_blocks"] += held
+                if held and x.shape:
+                    self._held.add(x.shape)
+            if held:
+                self._wake.set()
+            logger.info("site %s: withdrew task %s (held %d block(s))", self.site, x.task_id, held)
+        elif claim is not None:
+            with self._lock:
+                self.withdrawals["lost"] += 1
+                x.job_id = claim.job_id
             logger.warning(
-                "site %s: task %s had started (job %s) before it was withdrawn; it runs to "
-                "its end and its result is discarded",
+                "site %s: task %s claimed its start (job %s) before it was withdrawn; it runs "
+                "to its end and its result is discarded",
                 self.site,
                 x.task_id,
-                x.job_id,
+                claim.job_id,
             )
         else:
-            logger.info("site %s: withdrew task %s (job was %r)", self.site, x.task_id, before)
+            logger.warning(
+                "site %s: withdrawing task %s: unreadable answer %r",
+                self.site,
+                x.task_id,
+                str(getattr(res, "stdout", ""))[-300:],
+            )
 
     def close(self) -> None:
         self._closed = True
-        self._urgent.set()
+        self._stop.set()
         self._wake.set()

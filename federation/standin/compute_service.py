@@ -39,8 +39,10 @@ from federation.core.errors import SiteUnavailableError
 from federation.endpoint import protocol
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES
 from federation.standin.endpoint_link import EndpointLink
+from federation.standin.rate_limit import ANONYMOUS, RateLimit, RateLimiter
 from federation.standin.records import _Endpoint, _TaskRecord
 from federation.standin.result_watcher import InProcessResultWatcher
+from federation.standin.retention import RESULT_RETENTION_S, ResultRetention
 from federation.standin.task_memory import (
     TaskMemory,
     cancelled_result,
@@ -68,7 +70,9 @@ class LocalComputeService:
     (``waiting-for-ep``) and delivered when the endpoint is back; an endpoint is online
     while it heartbeats; a submission over :data:`PAYLOAD_LIMIT_BYTES` is refused (413
     ``TASK_PAYLOAD_TOO_LARGE``), and so is a result over it; a task reports
-    ``waiting-for-ep`` until its result (no ``running``).
+    ``waiting-for-ep`` until its result (no ``running``); a client over ``rate_limit`` is
+    answered 429 (:mod:`.rate_limit`); a result is released ``result_retention_s`` after
+    its completion (:mod:`.retention`).
 
     ``strict``: exactly what the real service offers a client: no task cancel, no word of a
     task's start or Slurm job (only its results), and a memory of task groups that outlives
@@ -78,13 +82,22 @@ class LocalComputeService:
     each start, :meth:`adopt_task` re-teaches a forgotten task.
     """
 
-    def __init__(self, *, strict: bool = False, memory: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        memory: Path | None = None,
+        rate_limit: RateLimit = RateLimit(),  # noqa: B008 (frozen)
+        result_retention_s: float = RESULT_RETENTION_S,
+    ) -> None:
         self.strict = strict
         self._memory = TaskMemory(memory) if memory is not None else None
+        self._limiter = RateLimiter(rate_limit)
+        self._retention = ResultRetention(result_retention_s)
         self._lock = threading.RLock()
         self._functions: dict[str, dict[str, Any]] = {}
         self._tasks: dict[str, _TaskRecord] = {}
-        self._groups: dict[str, list[str]] = {}
+        self._groups: dict[str, dict[str, None]] = {}  # task group -> its task ids, in order
         self._endpoints: dict[str, _Endpoint] = {}
         self._watchers: dict[str, InProcessResultWatcher] = {}
         self._retired: list[InProcessResultWatcher] = []
@@ -117,22 +130,26 @@ class LocalComputeService:
             )
         self._started_listeners.append(listener)
 
-    def client(self) -> Client:
-        """A real SDK ``Client`` whose HTTP transport is answered by this service."""
-        client = Client(authorizer=globus_sdk.NullAuthorizer(), do_version_check=False)
+    def client(self, authorizer: globus_sdk.authorizers.GlobusAuthorizer | None = None) -> Client:
+        """A real SDK ``Client`` whose HTTP transport is answered by this service.
+
+        Its identity (for the rate limit) is its ``authorizer``'s bearer token; without one,
+        ``"anonymous"``. The SDK's own retries stay as shipped: a 429 is retried after its
+        ``Retry-After``, as against the real service."""
+        client = Client(
+            authorizer=authorizer or globus_sdk.NullAuthorizer(), do_version_check=False
+        )
         adapter = _ServiceAdapter(self)
         for web in (client._compute_web_client.v2, client._compute_web_client.v3):
             web.transport.session.mount("https://", adapter)
             web.transport.session.mount("http://", adapter)
-            web.retry_config.max_retries = 0
         client.version_check()  # goes through the adapter: proves the seam is in place
         return client
 
     def executor(self, endpoint_id: uuid.UUID, client: Client, **kwargs: Any) -> Executor:
-        """A real ``Executor`` whose result watcher this service feeds."""
-        ex = _OfflineExecutor(self, endpoint_id=endpoint_id, client=client, **kwargs)
-        ex.api_burst_limit = 1_000_000  # the constructor clamps to 8/16 s; no cloud to spare
-        return ex
+        """A real ``Executor`` whose result watcher this service feeds (with the SDK's own
+        client-side throttle: ``api_burst_limit`` 4 per ``api_burst_window_s`` 16)."""
+        return _OfflineExecutor(self, endpoint_id=endpoint_id, client=client, **kwargs)
 
     def watcher_for(self, task_group_id: uuid.UUID, client: Client) -> InProcessResultWatcher:
         tg = str(task_group_id)
@@ -145,15 +162,15 @@ class LocalComputeService:
                 rw.start()
                 self._watchers[tg] = rw
                 self._clients[tg] = client
-                pending = [
-                    t.result
-                    for t in self._tasks.values()
-                    if t.task_group_id == tg and t.packed is not None
-                ]
+                held = [t for t in self._tasks.values() if t.task_group_id == tg and t.packed]
+                for rec in held:
+                    rec.fetched = True  # delivered to a live watcher
+                pending = [t.result for t in held]
             else:
                 pending = []
         for res in pending:
-            rw.deliver(res)
+            if res is not None:
+                rw.deliver(res)
         return rw
 
     def close(self) -> None:
@@ -222,7 +239,8 @@ class LocalComputeService:
             return
         found = ep.link.conn.request({"op": "status", "task_ids": open_ids}, timeout_s=30)
         for tid in open_ids:
-            rec = self._tasks[tid]
+            if (rec := self._tasks.get(tid)) is None:
+                continue  # released meanwhile
             info = found["tasks"].get(tid)
             if info and info.get("result"):
                 res = messagepack.unpack(protocol.unb64(info["result"]))
@@ -234,14 +252,43 @@ class LocalComputeService:
     def _complete(self, rec: _TaskRecord, res: Result, at: float) -> None:
         if not res.is_error and len(res.data) > PAYLOAD_LIMIT_BYTES:
             res = too_large_result(rec.task_id, len(res.data))
+        if self._retention.expired(at):  # completed a window ago (a task re-learned late)
+            self._release([rec.task_id])
+            return
         with self._lock:
-            if rec.packed is not None:
-                return  # duplicate delivery
+            if rec.packed is not None or self._tasks.get(rec.task_id) is not rec:
+                return  # duplicate delivery, or released meanwhile
             rec.result, rec.completed_at = res, at
             rec.status = "failed" if res.is_error else "success"
             rw = self._watchers.get(rec.task_group_id)
-        if rw is not None and rw.is_alive():
+            rw = rw if rw is not None and rw.is_alive() else None
+            rec.fetched = rw is not None  # delivered to a live watcher, as AMQP delivers it
+        self._retention.hold(rec.task_id, at)
+        if rw is not None:
             rw.deliver(res)
+        self._release(self._retention.due())
+
+    def _release(self, task_ids: list[str]) -> None:
+        """Forget tasks and their results (fetched or not), as the real service does past
+        the abandonment window."""
+        if not task_ids:
+            return
+        abandoned: list[str] = []
+        with self._lock:
+            for tid in task_ids:
+                rec = self._tasks.pop(tid, None)
+                if rec is None:
+                    continue
+                if rec.packed is not None and not rec.fetched:
+                    abandoned.append(tid)
+                self._groups.get(rec.task_group_id, {}).pop(tid, None)
+                if not self._groups.get(rec.task_group_id, True):
+                    del self._groups[rec.task_group_id]
+                if (ep := self._endpoints.get(rec.endpoint_id)) is not None:
+                    ep.task_ids.discard(tid)
+        if self._memory is not None:
+            self._memory.forget(task_ids)
+        self._retention.abandoned(abandoned)
 
     def _endpoint(self, endpoint_id: str) -> _Endpoint:
         ep = self._endpoints.get(endpoint_id)
@@ -254,20 +301,28 @@ class LocalComputeService:
         return ep
 
     # --- routes ----------------------------------------------------------------------------
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+    def handle(
+        self, method: str, path: str, body: Any, identity: str = ANONYMOUS
+    ) -> tuple[int, Any, dict[str, str]]:
+        """One HTTP request from ``identity`` -> (status, JSON payload, headers)."""
         self.requests_served += 1
+        wait_s = self._limiter.admit(identity)  # every route counts, even an unknown one
+        if wait_s is not None:
+            return self._limiter.refusal(wait_s)
+        self._release(self._retention.due())
         for (m, pattern), handler in _ROUTES.items():
             if m == method and (match := pattern.fullmatch(path)):
                 try:
-                    return 200, handler(self, body, *match.groups())
+                    return 200, handler(self, body, identity, *match.groups()), {}
                 except _HTTPError as e:
-                    return e.status, {"code": e.code, "message": str(e), "http_status": e.status}
-        return 404, {"code": "NOT_FOUND", "message": f"no route {method} {path}"}
+                    error = {"code": e.code, "message": str(e), "http_status": e.status}
+                    return e.status, error, {}
+        return 404, {"code": "NOT_FOUND", "message": f"no route {method} {path}"}, {}
 
-    def _version(self, _body: Any) -> dict[str, Any]:
+    def _version(self, _body: Any, _identity: str) -> dict[str, Any]:
         return {"api": "1.0", "min_ep_version": "2.0.0", "min_sdk_version": "2.0.0"}
 
-    def _register_function(self, body: Any) -> dict[str, Any]:
+    def _register_function(self, body: Any, _identity: str) -> dict[str, Any]:
         fid = str(uuid.uuid4())
         with self._lock:
             self._functions[fid] = {
@@ -276,7 +331,7 @@ class LocalComputeService:
             }
         return {"function_uuid": fid}
 
-    def _endpoint_status(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
+    def _endpoint_status(self, _body: Any, _identity: str, endpoint_id: str) -> dict[str, Any]:
         """``GET /v2/endpoints/<id>/status``: from the endpoint's heartbeats, as the real
         service (online while heard within 3 heartbeat periods on an open connection)."""
         ep = self._endpoint(endpoint_id)
@@ -291,7 +346,7 @@ class LocalComputeService:
         details["queued_tasks"] = len(link)
         return {"status": "online" if link.online() else "offline", "details": details}
 
-    def _endpoint_metadata(self, _body: Any, endpoint_id: str) -> dict[str, Any]:
+    def _endpoint_metadata(self, _body: Any, _identity: str, endpoint_id: str) -> dict[str, Any]:
         """``GET /v2/endpoints/<id>``: what the endpoint reported, as the cloud keeps it.
 
         ``python_version``, ``hostname`` and ``endpoint_version`` come from the endpoint's
@@ -309,10 +364,12 @@ class LocalComputeService:
                 doc[key] = str(ep.link.report[key])
         return doc
 
-    def _submit(self, body: Any, endpoint_id: str) -> dict[str, Any]:
+    def _submit(self, body: Any, identity: str, endpoint_id: str) -> dict[str, Any]:
         """``POST /v3/endpoints/<id>/submit``: accepted whether or not the endpoint is
         online (its tasks wait in the service's queue, ``waiting-for-ep``), refused whole
-        when its tasks' payloads exceed :data:`PAYLOAD_LIMIT_BYTES` together."""
+        when its tasks' payloads exceed :data:`PAYLOAD_LIMIT_BYTES` together. Each task is
+        forwarded with the submitter's ``identity`` (the endpoint runs one process per
+        identity and user endpoint config, as a multi-user endpoint does)."""
         ep = self._endpoint(endpoint_id)
         tg = body.get("task_group_id") or str(uuid.uuid4())
         uec = body.get("user_endpoint_config") or {}
@@ -334,13 +391,14 @@ class LocalComputeService:
             )
         tasks_out: dict[str, list[str]] = {fid: [] for fid in body["tasks"]}
         queued: list[protocol.Message] = []
+        records: list[_TaskRecord] = []
         for fid, buf in buffers:
             tid = str(uuid.uuid4())
             packed = messagepack.pack(Task(task_id=uuid.UUID(tid), task_buffer=buf))
             rec = _TaskRecord(task_id=tid, endpoint_id=endpoint_id, task_group_id=tg)
             with self._lock:
                 self._tasks[tid] = rec
-                self._groups.setdefault(tg, []).append(tid)
+                self._groups.setdefault(tg, {})[tid] = None
                 ep.task_ids.add(tid)
             msg = {
                 "op": "submit",
@@ -348,10 +406,12 @@ class LocalComputeService:
                 "packed_task": protocol.b64(packed),
                 "user_endpoint_config": uec,
                 "user_runtime": runtime,
+                "identity": identity,
             }
             if self._memory is not None:
                 self._memory.remember(tid, endpoint_id, tg, msg)
             queued.append(msg)
+            records.append(rec)
             tasks_out[fid].append(tid)
         ep.link.hold(queued)  # forwarded in order, now if the endpoint is online
         if not self.strict and ep.link.online():
@@ -360,8 +420,7 @@ class LocalComputeService:
             # would lose a task it recorded as shipped. (The real service is durable: its
             # queue outlives any client, so strict mode acknowledges at once.)
             deadline = time.monotonic() + SUBMIT_DELIVERY_WAIT_S
-            for msg in queued:
-                rec = self._tasks[str(msg["task_id"])]
+            for rec in records:
                 if not rec.taken.wait(max(0.0, deadline - time.monotonic())):
                     break  # still queued: forwarded when the endpoint can take it
         return {
@@ -372,9 +431,11 @@ class LocalComputeService:
         }
 
     def _task_view(self, tid: str) -> dict[str, Any]:
+        """A task as ``GET /v2/tasks/<id>`` answers it: 404 ``TASK_NOT_FOUND`` for one it
+        does not know, or no longer (released past the window)."""
         rec = self._tasks.get(tid)
-        if rec is None:
-            rec = self._recover(tid)
+        if rec is None and self._recover(tid) is not None:
+            rec = self._tasks.get(tid)  # None if the endpoint's result was past the window
         if rec is None:
             raise _HTTPError(404, "TASK_NOT_FOUND", f"Task {tid} not found")
         with self._lock:  # status, result and completion time change together
@@ -390,6 +451,7 @@ class LocalComputeService:
                 view["completion_t"] = str(rec.completed_at)
                 if res.details:
                     view["details"] = res.details
+                rec.fetched = True
         return view
 
     def _recover(self, tid: str) -> _TaskRecord | None:
@@ -420,10 +482,10 @@ class LocalComputeService:
                 return rec
         return None
 
-    def _get_task(self, _body: Any, tid: str) -> dict[str, Any]:
+    def _get_task(self, _body: Any, _identity: str, tid: str) -> dict[str, Any]:
         return self._task_view(tid)
 
-    def _batch_status(self, body: Any) -> dict[str, Any]:
+    def _batch_status(self, body: Any, _identity: str) -> dict[str, Any]:
         results = {}
         for tid in body.get("task_ids", []):
             try:
@@ -432,14 +494,17 @@ class LocalComputeService:
                 continue
         return {"response": "batch", "results": results}
 
-    def _task_group(self, _body: Any, tg: str) -> dict[str, Any]:
+    def _task_group(self, _body: Any, _identity: str, tg: str) -> dict[str, Any]:
         with self._lock:
-            ids = list(self._groups.get(tg, []))
+            ids = list(self._groups.get(tg, {}))
         if self._memory is not None:  # tasks an earlier client (process) submitted
+            known = set(ids)
             for tid, eid in self._memory.group(tg):
-                if tid not in ids:
+                if tid not in known:
                     ids.append(tid)
                     self._relearn(tid, eid, tg)
+        with self._lock:  # without the tasks released past the window (re-learned ones too)
+            ids = [t for t in ids if t in self._tasks]
         return {"taskgroup_id": tg, "tasks": [{"id": t} for t in ids]}
 
     def _relearn(self, tid: str, endpoint_id: str, tg: str, unknown: str | None = None) -> None:
@@ -455,7 +520,7 @@ class LocalComputeService:
                 task_id=tid, endpoint_id=endpoint_id, task_group_id=tg, delivered=True
             )
             self._tasks[tid] = rec
-            self._groups.setdefault(tg, []).append(tid)
+            self._groups.setdefault(tg, {})[tid] = None
             ep = self._endpoints.get(endpoint_id)
             if ep is not None:
                 ep.task_ids.add(tid)

@@ -35,6 +35,10 @@ class _TaskRecord:
     completed_at: float | None = None
     delivered: bool = False
     """The endpoint took it (until then it waits in the service's queue)."""
+    fetched: bool = False
+    """Its result reached the client: delivered to a live result watcher of its task group
+    (as the AMQP stream delivers it) or returned by ``GET /v2/tasks/<id>`` or
+    ``batch_status`` (:mod:`federation.standin.retention`)."""
     taken: threading.Event = field(default_factory=threading.Event)
     """Set with ``delivered`` (the embedded service's acknowledgement waits on it)."""
 

@@ -72,6 +72,12 @@ class TaskMemory:
             found = row.fetchone()
         return json.loads(found[0]) if found and found[0] else None
 
+    def forget(self, task_ids: list[str]) -> None:
+        """Forget tasks whose results the service released (past the abandonment window):
+        a restarted service does not re-learn them, as the real service has them no more."""
+        with self._lock, self._db:
+            self._db.executemany("DELETE FROM tasks WHERE task_id=?", [(t,) for t in task_ids])
+
     def group(self, task_group_id: str) -> list[tuple[str, str]]:
         with self._lock:
             rows = self._db.execute(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
@@ -15,13 +16,18 @@ from globus_compute_sdk.sdk.executor import _ResultWatcher
 from requests.adapters import BaseAdapter
 from requests.structures import CaseInsensitiveDict
 
+from federation.standin.rate_limit import identity_of
+
 __all__ = ["_HTTPError", "_OfflineExecutor", "_ServiceAdapter"]
 
 
 class _Routes(Protocol):
-    """What the adapter needs of the service: one HTTP request -> (status, JSON payload)."""
+    """What the adapter needs of the service: one HTTP request, from the identity its
+    ``Authorization`` header names -> (status, JSON payload, response headers)."""
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]: ...
+    def handle(
+        self, method: str, path: str, body: Any, identity: str
+    ) -> tuple[int, Any, Mapping[str, str]]: ...
 
 
 class _Watchers(Protocol):
@@ -49,17 +55,21 @@ class _ServiceAdapter(BaseAdapter):
         if raw is not None and not isinstance(raw, str | bytes):
             return self._response(request, 400, {"message": "streamed bodies are not supported"})
         body = json.loads(raw) if raw else None
-        status, payload = self.service.handle(str(request.method), path, body)
-        return self._response(request, status, payload)
+        identity = identity_of(request.headers.get("Authorization"))
+        status, payload, headers = self.service.handle(str(request.method), path, body, identity)
+        return self._response(request, status, payload, headers)
 
     @staticmethod
     def _response(
-        request: requests.PreparedRequest, status: int, payload: Any
+        request: requests.PreparedRequest,
+        status: int,
+        payload: Any,
+        headers: Mapping[str, str] | None = None,
     ) -> requests.Response:
         resp = requests.Response()
         resp.status_code = status
         resp._content = json.dumps(payload).encode()
-        resp.headers = CaseInsensitiveDict({"Content-Type": "application/json"})
+        resp.headers = CaseInsensitiveDict({"Content-Type": "application/json", **(headers or {})})
         resp.url = request.url or ""
         resp.request = request
         resp.encoding = "utf-8"

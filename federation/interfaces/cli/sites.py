@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -84,12 +84,18 @@ def status(
     site: SiteOpt = None,
     home: HomeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="also list each user endpoint process"),
+    ] = False,
 ) -> None:
-    """Show each site's controller and node states, and the shared daemons."""
+    """Show each site's controller and node states, its endpoint and the user endpoint
+    processes it runs (count and memory), and the shared daemons."""
     try:
         local = _sites(home, site)
         sites, services = local.slurm.status(), local.slurm.services()
         endpoints = {s.name: local.daemons.pid(s.name) for s in local.specs}
+        reports = {s.name: local.daemons.report(s.name) for s in local.specs}
     except FederationError as e:
         raise _fail(e) from e
     if as_json:
@@ -97,13 +103,27 @@ def status(
             "sites": [s.model_dump(mode="json") for s in sites],
             "services": [d.model_dump(mode="json") for d in services],
             "endpoints": {
-                name: {"running": pid is not None, "pid": pid} for name, pid in endpoints.items()
+                name: {
+                    "running": pid is not None,
+                    "pid": pid,
+                    "rss_mb": (reports.get(name) or {}).get("rss_mb"),
+                    "user_endpoints": (reports.get(name) or {}).get("user_endpoints"),
+                }
+                for name, pid in endpoints.items()
             },
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     table = Table(title="local sites")
-    for col in ("site", "controller", "endpoint", "nodes", "states", "slurm.conf / error"):
+    for col in (
+        "site",
+        "controller",
+        "endpoint",
+        "user endpoints",
+        "nodes",
+        "states",
+        "slurm.conf / error",
+    ):
         table.add_column(col)
     for s in sites:
         states = ", ".join(f"{k}={v}" for k, v in sorted(s.nodes_by_state.items()))
@@ -113,15 +133,50 @@ def status(
             f"[green]pid {endpoints[s.site]}[/green]"
             if endpoints.get(s.site)
             else "[red]down[/red]",
+            _ueps_cell(reports.get(s.site)),
             str(s.nodes_total),
             states or "-",
             f"[red]{s.error}[/red]" if s.error else str(s.slurm_conf),
         )
     console = Console()
     console.print(table)
+    if verbose:
+        console.print(_uep_table(reports))
     for d in services:
         mark = f"[green]running[/green] (pid {d.pid})" if d.running else "[red]stopped[/red]"
         console.print(f"{d.name}: {mark}  log {d.log_file}", highlight=False)
+
+
+def _ueps_cell(report: dict[str, Any] | None) -> str:
+    """'3 (412 MB)': the user endpoint processes and their memory (with their engines')."""
+    if report is None:
+        return "-"
+    ueps = report.get("user_endpoints") or []
+    total = sum(float(u.get("rss_mb") or 0) for u in ueps)
+    return f"{len(ueps)} ({total:.0f} MB)" if ueps else "0"
+
+
+def _uep_table(reports: dict[str, dict[str, Any] | None]) -> Table:
+    table = Table(title="user endpoint processes")
+    cols = ("site", "pid", "identity", "profile", "partition", "state", "open/tasks")
+    for col in (*cols, "RSS MB", "procs", "age s", "idle s"):
+        table.add_column(col, justify="right" if col not in cols[:6] else "left")
+    for site_name, report in sorted(reports.items()):
+        for u in (report or {}).get("user_endpoints") or []:
+            table.add_row(
+                site_name,
+                str(u["pid"]),
+                str(u["identity"]),
+                str(u["profile"]),
+                str(u.get("partition") or "-"),
+                str(u["state"]),
+                f"{u['outstanding']}/{u['tasks']}",
+                f"{u['rss_mb']:.0f}",
+                str(u["processes"]),
+                f"{u['age_s']:.0f}",
+                f"{u['idle_s']:.0f}",
+            )
+    return table
 
 
 @sites_app.command("generate-configs")

@@ -1,0 +1,273 @@
+"""Fan-out benchmark: many tasks of few shapes, both paths side by side, SDK limits on.
+
+    .venv/bin/python bench/fanout.py                       # every scenario, both paths
+    .venv/bin/python bench/fanout.py --only tiny200 --paths cloud
+
+A durable coordinator (scratch store), as a deployment runs, with the SDK's own client-side
+limits as it ships them and the stand-in service's request rate limit on. Scenarios:
+
+* ``sleep64``: 64 tasks ``sleep 10`` (1 CPU) on site ``local`` (16 idle CPUs): the ideal is
+  4 waves of 10 s; the target is 1.5x that (60 s) from the first ``submit_task`` to the last
+  result.
+* ``tiny200``: 200 tasks ``true`` of one shape on ``local``: wall time (the cloud path's
+  against the embedded one's), ``submit_task`` latency (P50/P95), submission requests the
+  service received, and the most user endpoint processes the site ran at once.
+* ``shapes4``: 200 tasks over 4 shapes on 2 sites (``local``, ``delta``): user endpoint
+  processes per site at most (shapes + 1 for the probe).
+
+Before each scenario the sites' queues are left to drain. Writes
+``bench/results/fanout-latest.json`` and prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench.load import Tally  # noqa: E402
+from bench.perf import RESULTS, quantile  # noqa: E402
+from federation.core.envelope import ResourceEnvelope  # noqa: E402
+from federation.core.tasks import ShellTask  # noqa: E402
+
+SCENARIOS = ("sleep64", "tiny200", "shapes4")
+UEP_MODULE = "federation.endpoint.user_endpoint"
+
+
+def user_endpoint_pids(run_dir: Path) -> set[int]:
+    """PIDs of the user endpoint processes serving the site whose endpoint runs in
+    ``run_dir`` (their command lines name the module and the run dir)."""
+    out: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if UEP_MODULE in cmd and str(run_dir) in cmd:
+            out.add(int(proc.name))
+    return out
+
+
+class Sampler:
+    """Samples, every 0.25 s, how many user endpoint processes each site runs."""
+
+    def __init__(self, run_dirs: dict[str, Path]) -> None:
+        self.run_dirs = run_dirs
+        self.most: dict[str, int] = dict.fromkeys(run_dirs, 0)
+        self.seen: dict[str, set[int]] = {s: set() for s in run_dirs}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for site, d in self.run_dirs.items():
+                pids = user_endpoint_pids(d)
+                self.most[site] = max(self.most[site], len(pids))
+                self.seen[site] |= pids
+            self._stop.wait(0.25)
+
+
+class Requests:
+    """Counts the submission requests (and 429 answers) the stand-in service receives."""
+
+    def __init__(self, service: Any) -> None:
+        self.submits = 0
+        self.refused_429 = 0
+        self.all = 0
+        inner = service.handle
+
+        def handle(method: str, path: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+            status, payload = inner(method, path, body, *args, **kwargs)
+            self.all += 1
+            if method == "POST" and path.endswith("/submit"):
+                uec = (body or {}).get("user_endpoint_config") or {}
+                if uec.get("profile") != "probe":
+                    self.submits += 1
+            if status == 429:
+                self.refused_429 += 1
+            return status, payload
+
+        service.handle = handle
+
+
+def drain(local: Any, sites: list[str], timeout_s: float = 300.0) -> None:
+    """Wait until the sites' queues hold none of our batch jobs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = False
+        for s in sites:
+            out = local.slurm.run(s, ["squeue", "--noheader", "--format=%j"]).stdout
+            busy = busy or any(ln.startswith(("fed.", "parsl")) for ln in out.splitlines())
+        if not busy:
+            return
+        time.sleep(1.0)
+
+
+def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[str, Any]:
+    plans: list[tuple[ShellTask, ResourceEnvelope]] = []
+    if name == "sleep64":
+        env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
+        plans = [(ShellTask(command="sleep 10"), env)] * 64
+        sites = ["local"]
+    elif name == "tiny200":
+        env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
+        plans = [(ShellTask(command="true"), env)] * 200
+        sites = ["local"]
+    else:
+        sites = ["local", "delta"]
+        shapes = [
+            ResourceEnvelope(sites=(s,), cpus_min=c, walltime_s=w)
+            for s in sites
+            for c in (1, 2)
+            for w in (600, 900)
+        ]
+        plans = [(ShellTask(command="true"), shapes[i % len(shapes)]) for i in range(200)]
+    drain(local, sites)
+    run_dirs = {s: local.daemons.run_dir(s) for s in sites}
+    snap = coord.inspect_federation()
+    tally = Tally()
+    req = Requests(local.service)
+    latencies: list[float] = []
+    placed: dict[str, int] = {}
+    with Sampler(run_dirs) as sampler:
+        t0 = time.perf_counter()
+        for task, env in plans:
+            a = time.perf_counter()
+            h = coord.submit_task(task, env, on_event=tally, snapshot=snap)
+            latencies.append(time.perf_counter() - a)
+            key = f"{h.site}/{h.decision.chosen.shape.describe()}"
+            placed[key] = placed.get(key, 0) + 1
+        t_sub = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        while tally.terminal < len(plans) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        t_end = time.perf_counter()
+    n = len(plans)
+    return {
+        "tasks": n,
+        "completed": tally.completed,
+        "failed": tally.failed,
+        "errors": tally.errors[:5],
+        "unaccounted": n - tally.terminal,
+        "wall_s": round(t_end - t0, 2),
+        "submit_s": round(t_sub - t0, 2),
+        "submit_p50_ms": round(1000 * quantile(latencies, 0.5), 2),
+        "submit_p95_ms": round(1000 * quantile(latencies, 0.95), 2),
+        "submit_max_ms": round(1000 * max(latencies), 2),
+        "submit_requests": req.submits,
+        "requests_429": req.refused_429,
+        "requests_all": req.all,
+        "shapes": len(placed),
+        "placed": placed,
+        "user_endpoints_most": sampler.most,
+        "user_endpoints_seen": {s: len(p) for s, p in sampler.seen.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(SCENARIOS))
+    ap.add_argument("--paths", default="embedded,cloud")
+    ap.add_argument("--policy", default=None, help="placement policy (default: auto)")
+    ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--out", type=Path, default=RESULTS / "fanout-latest.json")
+    args = ap.parse_args(argv)
+    console = Console()
+    from federation.deploy.local import LocalSites
+
+    out: dict[str, Any] = {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "policy": args.policy or "auto",
+        "cpus": os.cpu_count(),
+        "runs": {},
+    }
+    scenarios = [s for s in args.only.split(",") if s]
+    for path in [p for p in args.paths.split(",") if p]:
+        local = LocalSites(path=path)
+        local.up()
+        with tempfile.TemporaryDirectory() as scratch:
+            policy = {"policy": args.policy} if args.policy else {}
+            coord = local.connect(
+                telemetry=False,
+                durable=True,
+                store_path=Path(scratch) / "coordinator.db",
+                **policy,
+            )
+            try:
+                for name in scenarios:
+                    console.print(f"[bold]{path}[/]: {name} ...")
+                    res = run_scenario(local, coord, name, args.timeout_s)
+                    out["runs"][f"{path}/{name}"] = res
+                    console.print(json.dumps(res))
+            finally:
+                coord.close()
+                local.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    console.print(summary_table(out))
+    console.print(
+        f"written: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
+    )
+    return 0
+
+
+def summary_table(out: dict[str, Any]) -> Table:
+    t = Table(title=f"fan-out ({out['policy']}, SDK limits on, durable coordinator)")
+    for col in (
+        "run",
+        "done/tasks",
+        "wall s",
+        "target",
+        "submit P95 ms",
+        "requests",
+        "429s",
+        "UEPs most",
+    ):
+        t.add_column(col)
+    runs = out["runs"]
+    for key, r in runs.items():
+        path, name = key.split("/")
+        target = ""
+        if name == "sleep64":
+            target = f"<= 60 s: {'met' if r['wall_s'] <= 60 and not r['failed'] else 'MISSED'}"
+        elif name == "tiny200" and path == "cloud" and "embedded/tiny200" in runs:
+            ratio = r["wall_s"] / max(runs["embedded/tiny200"]["wall_s"], 1e-9)
+            target = f"{ratio:.2f}x embedded (<= 1.5x)"
+        t.add_row(
+            key,
+            f"{r['completed']}/{r['tasks']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
+            f"{r['wall_s']:.1f}",
+            target,
+            f"{r['submit_p95_ms']:.1f}",
+            str(r["submit_requests"]),
+            str(r["requests_429"]),
+            ", ".join(f"{s}: {n}" for s, n in r["user_endpoints_most"].items()),
+        )
+    return t
+
+
+if __name__ == "__main__":
+    sys.exit(main())
