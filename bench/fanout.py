@@ -14,6 +14,8 @@ limits as it ships them and the stand-in service's request rate limit on. Scenar
   service received, and the most user endpoint processes the site ran at once.
 * ``shapes4``: 200 tasks over 4 shapes on 2 sites (``local``, ``delta``): user endpoint
   processes per site at most (shapes + 1 for the probe).
+* ``sleep8`` and ``tiny30``: the issue's own tables (8 tasks ``sleep 10`` and 30 tasks
+  ``echo`` on ``local``), ``submit_task`` called as a new user would, without a snapshot.
 
 Before each scenario the sites' queues are left to drain. Writes
 ``bench/results/fanout-latest.json`` and prints one table.
@@ -43,7 +45,10 @@ from bench.perf import RESULTS, quantile  # noqa: E402
 from federation.core.envelope import ResourceEnvelope  # noqa: E402
 from federation.core.tasks import ShellTask  # noqa: E402
 
-SCENARIOS = ("sleep64", "tiny200", "shapes4")
+SCENARIOS = ("sleep8", "tiny30", "sleep64", "tiny200", "shapes4")
+AS_A_NEW_USER = ("sleep8", "tiny30")
+"""Scenarios of the issue's own tables: ``submit_task`` called as a new user would (no
+snapshot passed: the coordinator probes when its snapshot is older than 2 s)."""
 UEP_MODULE = "federation.endpoint.user_endpoint"
 
 
@@ -128,7 +133,15 @@ def drain(local: Any, sites: list[str], timeout_s: float = 300.0) -> None:
 
 def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[str, Any]:
     plans: list[tuple[ShellTask, ResourceEnvelope]] = []
-    if name == "sleep64":
+    if name == "sleep8":
+        env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
+        plans = [(ShellTask(command="sleep 10"), env)] * 8
+        sites = ["local"]
+    elif name == "tiny30":
+        env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
+        plans = [(ShellTask(command=f"echo {i}"), env) for i in range(30)]
+        sites = ["local"]
+    elif name == "sleep64":
         env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
         plans = [(ShellTask(command="sleep 10"), env)] * 64
         sites = ["local"]
@@ -147,7 +160,7 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
         plans = [(ShellTask(command="true"), shapes[i % len(shapes)]) for i in range(200)]
     drain(local, sites)
     run_dirs = {s: local.daemons.run_dir(s) for s in sites}
-    snap = coord.inspect_federation()
+    snap = None if name in AS_A_NEW_USER else coord.inspect_federation()
     tally = Tally()
     req = Requests(local.service)
     latencies: list[float] = []

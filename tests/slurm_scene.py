@@ -59,11 +59,27 @@ def queued_jobs(slurm: Any, site: str) -> list[str]:
     return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
 
 
+def _active_jobs(slurm: Any, site: str) -> list[str]:
+    """Jobs queued or running on ``site``, but for the blocks a withdrawal held (a withdrawn
+    copy's block: it uses nothing, never starts, and is cancelled when its user endpoint
+    process ends)."""
+    res = slurm.run(site, ["squeue", "-h", "-o", "%i %j %T %r"])
+    assert res.returncode == 0, res.stderr
+    out = []
+    for ln in res.stdout.splitlines():
+        parts = ln.split()
+        held = parts[1:] and parts[1].startswith("fed.") and parts[2:] == ["PENDING", "JobHeldUser"]
+        if parts and not held:
+            out.append(" ".join(parts[:3]))
+    return out
+
+
 def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0) -> None:
-    """Wait until no job is queued or running on ``sites``; fail saying what is left."""
+    """Wait until no job is queued or running on ``sites`` (but for held withdrawn copies);
+    fail saying what is left."""
     deadline = time.monotonic() + timeout_s
     while True:
-        left = {s: jobs for s in sites if (jobs := queued_jobs(slurm, s))}
+        left = {s: jobs for s in sites if (jobs := _active_jobs(slurm, s))}
         if not left:
             return
         if time.monotonic() > deadline:

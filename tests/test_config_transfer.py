@@ -161,7 +161,7 @@ def test_a_collection_needs_its_path_prefix(tmp_path: Path) -> None:
 
 
 def test_copies_are_refused_where_no_site_can_cancel(tmp_path: Path) -> None:
-    """A globus site withdraws a losing copy by scancel of its tagged job unless its config
+    """A globus site withdraws a losing copy by claiming its tag first unless its config
     turns that off (job_check_s: null); copies need some site that can."""
     path = tmp_path / "federation.yaml"
     base = f"sites:\n  delta:\n    backend: globus\n    endpoint_id: {EID}\n"

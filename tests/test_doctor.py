@@ -27,7 +27,7 @@ def test_doctor_passes_on_the_strict_local_sites(
     local: Any, tmp_path_factory: pytest.TempPathFactory, local_path: str
 ) -> None:
     """On both paths; the cloud one is what a real deployment has (the strict stand-in of
-    the Globus service: cancel by scancel of the tagged job, starts from squeue)."""
+    the Globus service: withdrawal by claiming a task's tag first, starts from its claim)."""
     path = tmp_path_factory.mktemp("doctor") / "federation.yaml"
     sites = "".join(f"  {s}:\n    backend: local\n" for s in ("local", "vista"))
     path.write_text(f"home: {local.home}\nlocal_path: {local_path}\nsites:\n{sites}")

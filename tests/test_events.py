@@ -74,9 +74,9 @@ def test_waiting_caller_is_resumed_by_completion_with_zero_service_requests(
     requests: list[tuple[str, str]] = []
     serve = service.handle
 
-    def counting(method: str, path: str, body: Any) -> tuple[int, Any]:
+    def counting(method: str, path: str, body: Any, *rest: Any) -> Any:
         requests.append((method, path))
-        return serve(method, path, body)
+        return serve(method, path, body, *rest)
 
     service.handle = counting  # type: ignore[method-assign]
     try:

@@ -29,7 +29,8 @@ def test_tasks_of_one_shape_run_in_several_jobs_at_once(local: Any) -> None:
         wait_until_quiet(local.slurm, ("local",))
         env = ResourceEnvelope(sites=("local",), partitions=("local:debug",), walltime_s=600)
         cmd = 'echo "$SLURM_JOB_ID $(date +%s.%N)"; sleep 3; date +%s.%N'
-        handles = [coord.submit_task(ShellTask(command=cmd), env) for _ in range(8)]
+        snap = coord.inspect_federation()  # a burst placed from one snapshot
+        handles = [coord.submit_task(ShellTask(command=cmd), env, snapshot=snap) for _ in range(8)]
         shapes = {h.decision.chosen.shape for h in handles}
         assert len(shapes) == 1  # one shape: one user_endpoint_config, one engine
         spans: list[tuple[str, float, float]] = []

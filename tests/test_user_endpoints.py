@@ -92,7 +92,12 @@ class Endpoint:
 
     def __init__(self, home: Path, period_s: float) -> None:
         self.daemons = EndpointDaemons(home)
-        self.pid = self.daemons.start(SITE, {protocol.HEARTBEAT_ENV: str(period_s)})
+        # the template's own idle limits (10 and 5760 beats), not the local federation's
+        limits = {
+            "FEDERATION_IDLE_HEARTBEATS_SOFT": "10",
+            "FEDERATION_IDLE_HEARTBEATS_HARD": "5760",
+        }
+        self.pid = self.daemons.start(SITE, {protocol.HEARTBEAT_ENV: str(period_s), **limits})
         self.results: dict[str, tuple[Result, float]] = {}
         self.started: set[str] = set()
         self.heartbeats: list[protocol.Message] = []

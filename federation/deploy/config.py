@@ -179,7 +179,7 @@ class FederationConfig(Frozen):
                 f"placement {self.placement!r} runs a task as several copies and withdraws "
                 "the losers, but no site here can withdraw a queued task (the Globus Compute "
                 "service has no task cancel, and every site sets job_check_s: null, which "
-                "turns off withdrawal by scancel of the tagged job): every copy would run. "
+                "turns off withdrawal by claiming a task's tag first): every copy would run. "
                 "Use best-feasible (one copy, placed where it is predicted to finish first)"
             )
         return self
@@ -393,7 +393,7 @@ class Deployment:
             sets.on_started = coord.notify_started
         if self.local is not None:
             self.local.listen_for_starts(backends, coord)
-        for b in backends:  # the real cloud sites: starts read from squeue of tagged jobs
+        for b in backends:  # the real cloud sites: starts read from the tasks' claims
             if isinstance(b, CloudSite) and b.name not in (self.config.by_backend("local")):
                 b.on_started(coord.notify_started)
         if store is not None:

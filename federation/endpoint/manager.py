@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 
 LOCAL_LIFETIMES = {
     "FEDERATION_EP_HEARTBEAT_S": "5",
-    "FEDERATION_IDLE_HEARTBEATS_SOFT": "10",
-    "FEDERATION_IDLE_HEARTBEATS_HARD": "24",
+    "FEDERATION_IDLE_HEARTBEATS_SOFT": "24",
+    "FEDERATION_IDLE_HEARTBEATS_HARD": "25",
 }
 """Site-admin settings of the local endpoints (unless the environment sets them)."""
 
@@ -123,9 +123,9 @@ class EndpointDaemons:
             "FEDERATION_HEARTBEAT_THRESHOLD_S": "45",
         }
         # the endpoint's heartbeat (5 s, not 30) and so its user endpoint processes' idle
-        # lives: 10 beats (50 s) after their last task, and 24 beats (2 min) with tasks
-        # outstanding but none moving (a site's default is 48 h), after which a process
-        # ends and its blocks are cancelled (a withdrawn copy's held block among them)
+        # lives: 24 beats (2 min) after their last task (a site's default: 5 min), and 25
+        # with tasks outstanding but none moving (a site's default is 48 h), after which a
+        # process ends and its blocks are cancelled (a withdrawn copy's held block among them)
         for key, value in LOCAL_LIFETIMES.items():
             env.setdefault(key, value)
         log = (run_dir / "endpoint.stdout").open("ab")

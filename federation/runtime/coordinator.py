@@ -9,6 +9,7 @@ report), ``holds`` (tasks the policy gate holds) and ``recovery``, all modules o
 from __future__ import annotations
 
 import functools
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -57,8 +58,14 @@ if TYPE_CHECKING:
     from federation.runtime.transfers import TransferHandle, TransferManager
     from federation.transfer import SyncLevel, TransferBackend
 
-DEFAULT_PROBE_INTERVAL_S = 2.0
-"""How long ``submit_task`` reuses a snapshot by default (a burst's placements share one)."""
+DEFAULT_PROBE_INTERVAL_S = 0.0
+"""How long ``submit_task`` reuses a snapshot by default (0: a fresh probe round each time,
+unless a round now would wait for the SDK's throttle: see :data:`PROBE_ROUNDS_PER_WINDOW`)."""
+PROBE_ROUNDS_PER_WINDOW = (4, 16.0)
+"""The SDK's own client-side limit (``Executor.api_burst_limit`` submissions per
+``api_burst_window_s``): a probe round is one submission per site, so in a burst of
+``submit_task`` calls, once this many rounds ran within the window the latest snapshot is
+reused (with the coordinator's own placements laid over it) rather than waiting seconds."""
 
 
 class Coordinator:
@@ -68,9 +75,10 @@ class Coordinator:
         backends: one :class:`SiteBackend` per site.
         probe_timeout_s: a site whose probe takes longer is marked unreachable.
         probe_interval_s: a snapshot younger than this is reused by ``submit_task`` (the
-            coordinator's own placements since are laid over it), so a burst is placed
-            from one probe round: a round is one request per site to the Globus Compute
-            service, whose SDK allows 4 per 16 s per executor before it throttles.
+            coordinator's own placements since are laid over it). A probe round is one
+            request per site to the Globus Compute service, whose SDK allows 4 per 16 s
+            per executor before it throttles: past that, a burst reuses the latest snapshot
+            instead of waiting (:data:`PROBE_ROUNDS_PER_WINDOW`).
         telemetry: where snapshots are kept over time (optional).
         caller_sites: each caller's own backends, where work must act under the caller's
             identity (:mod:`federation.runtime.callers`); default: the shared ones for all.
@@ -106,6 +114,8 @@ class Coordinator:
         self.policy = policy
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
+        self._probe_rounds: list[float] = []
+        """When the latest probe rounds began (monotonic; at most the SDK's burst)."""
         self.telemetry = telemetry
         self._owned: list[Store | Telemetry] = []
         self.events = bus or EventBus(store)
@@ -160,6 +170,8 @@ class Coordinator:
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
         """Probe every site in parallel; a failing site is marked unhealthy, never fatal."""
+        self._probe_rounds.append(time.monotonic())
+        del self._probe_rounds[: -PROBE_ROUNDS_PER_WINDOW[0]]
         sites = probe_sites(self.backends, self.probe_timeout_s)
         snap = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(sites))
         self._last_snapshot = snap
@@ -175,6 +187,11 @@ class Coordinator:
         last = self._last_snapshot
         if last is not None and (datetime.now(UTC) - last.taken_at).total_seconds() <= age:
             return last
+        rounds, window_s = PROBE_ROUNDS_PER_WINDOW
+        recent = self._probe_rounds
+        throttled = len(recent) >= rounds and time.monotonic() - recent[0] < window_s
+        if last is not None and max_age_s is None and throttled:
+            return last  # a round now would wait for the SDK's throttle: a burst reuses it
         return self.inspect_federation()
 
     # --- submit_task ----------------------------------------------------------------------

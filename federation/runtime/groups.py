@@ -307,14 +307,17 @@ class GroupManager:
             self._move(g, child)
         except Exception as e:  # never lose a group to a failure while moving a child
             logger.exception("re-placing %s of group %s failed", child.name, g.id)
-            self.coord.events.emit(
-                "group.exception",
-                g.id,
-                None,
-                child=child.name,
-                error=f"re-placement failed: {type(e).__name__}: {e}",
-            )
-            self._evaluate(g)  # the child's last placement may have ended the round
+            try:
+                self.coord.events.emit(
+                    "group.exception",
+                    g.id,
+                    None,
+                    child=child.name,
+                    error=f"re-placement failed: {type(e).__name__}: {e}",
+                )
+                self._evaluate(g)  # the child's last placement may have ended the round
+            except Exception:  # the coordinator closed meanwhile (its store and probes gone)
+                logger.warning("group %s: re-placement ended by the coordinator's close", g.id)
 
     def _move(self, g: GroupHandle, child: GroupChild) -> None:
         """Judge a child still queued after its siblings finished; move it if that pays.

@@ -571,7 +571,7 @@ class LocalComputeService:
         if self.strict:
             raise RuntimeError(
                 "the Globus Compute service has no task cancel; withdraw the task on its "
-                "site (federation.sites.jobtags: marker and scancel of its tagged job)"
+                "site (federation.sites.jobtags: claim its tag before the task does)"
             )
         rec = self._tasks.get(task_id)
         if rec is None:
