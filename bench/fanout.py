@@ -105,7 +105,8 @@ class Requests:
         inner = service.handle
 
         def handle(method: str, path: str, body: Any, *args: Any, **kwargs: Any) -> Any:
-            status, payload = inner(method, path, body, *args, **kwargs)
+            answer = inner(method, path, body, *args, **kwargs)  # (status, payload, headers)
+            status = answer[0]
             self.all += 1
             if method == "POST" and path.endswith("/submit"):
                 uec = (body or {}).get("user_endpoint_config") or {}
@@ -113,7 +114,7 @@ class Requests:
                     self.submits += 1
             if status == 429:
                 self.refused_429 += 1
-            return status, payload
+            return answer
 
         service.handle = handle
 
