@@ -217,11 +217,16 @@ def site(cloud: Cloud, client: Client, auth: AuthSettings) -> Iterator[CloudSite
     try:
         yield s
     finally:
-        s.close()
-        for rw in WatchedExecutor.watchers.values():
-            rw._time_to_stop = True
-            rw._time_to_check_results.set()
-        WatchedExecutor.watchers.clear()
+        _close(s)
+
+
+def _close(site: CloudSite) -> None:
+    """Close ``site`` and stop the in-process result watchers its executors used."""
+    site.close()
+    for rw in WatchedExecutor.watchers.values():
+        rw._time_to_stop = True
+        rw._time_to_check_results.set()
+    WatchedExecutor.watchers.clear()
 
 
 SHAPE = Shape(
@@ -484,8 +489,4 @@ def test_a_fan_out_of_one_shape_is_one_config_one_function_and_batched_requests(
         tags = {x.tag for x in site.jobs._tracked.values()} if site.jobs else set()
         assert len(tags) == 200  # each task still claims a tag of its own
     finally:
-        site.close()
-        for rw in WatchedExecutor.watchers.values():
-            rw._time_to_stop = True
-            rw._time_to_check_results.set()
-        WatchedExecutor.watchers.clear()
+        _close(site)

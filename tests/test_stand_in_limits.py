@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,37 +22,22 @@ import globus_sdk
 import pytest
 from globus_compute_sdk import Client
 from globus_sdk import GlobusAPIError
+from test_stand_in import (
+    BEAT,
+    EID,
+    PROBE,
+    SITE,
+    make_service,
+    wait_for,
+)
 
-from federation.endpoint import protocol
-from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
+from federation.endpoint.manager import EndpointDaemons
 from federation.sites.cloud import PAYLOAD_LIMIT_BYTES
 from federation.sites.shipping import executor_serializer
 from federation.standin.compute_service import LocalComputeService
 from federation.standin.rate_limit import ANONYMOUS, RateLimit
 from federation.standin.task_memory import TaskMemory
 from functions.workloads import square
-
-SITE = "local"
-EID = local_endpoint_id(SITE)
-PROBE = {"profile": "probe"}
-BEAT = {protocol.HEARTBEAT_ENV: "0.2"}
-
-Served = tuple[float, str, str, int, dict[str, str]]
-"""(monotonic time, method, path, status, headers) of a request the service answered."""
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.02)
-
-
-def answered(fut: Any, timeout_s: float) -> str:
-    """The task id of a submitted future, once the service answered its submission."""
-    wait_for(lambda: fut.task_id is not None, timeout_s, "the submission was answered")
-    return str(fut.task_id)
 
 
 @pytest.fixture
@@ -64,10 +49,14 @@ def daemons(tmp_path: Path) -> Iterator[EndpointDaemons]:
         d.stop(SITE)
 
 
-def make_service(daemons: EndpointDaemons, **kwargs: Any) -> LocalComputeService:
-    svc = LocalComputeService(**kwargs)
-    svc.add_endpoint(EID, SITE, daemons.run_dir(SITE))
-    return svc
+Served = tuple[float, str, str, int, dict[str, str]]
+"""(monotonic time, method, path, status, headers) of a request the service answered."""
+
+
+def answered(fut: Any, timeout_s: float) -> str:
+    """The task id of a submitted future, once the service answered its submission."""
+    wait_for(lambda: fut.task_id is not None, timeout_s, "the submission was answered")
+    return str(fut.task_id)
 
 
 def record(svc: LocalComputeService, monkeypatch: pytest.MonkeyPatch) -> list[Served]:
