@@ -65,7 +65,7 @@ def local_endpoint() -> Iterator[ProbeEndpoint]:
             ep.arrived[str(msg["task_id"])] = float(msg["at"])  # type: ignore[arg-type]
         orig(msg)
 
-    svc._endpoints[str(eid)].conn.on_event = spy
+    svc._endpoints[str(eid)].link._on_event = spy
     ep.ex = svc.executor(eid, svc.client(), user_endpoint_config=PROBE)
     try:
         ep.ex.submit(square, 1).result(timeout=120)  # warm the engine

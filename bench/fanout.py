@@ -49,32 +49,24 @@ SCENARIOS = ("sleep8", "tiny30", "sleep64", "tiny200", "shapes4")
 AS_A_NEW_USER = ("sleep8", "tiny30")
 """Scenarios of the issue's own tables: ``submit_task`` called as a new user would (no
 snapshot passed: the coordinator probes when its snapshot is older than 2 s)."""
-UEP_MODULE = "federation.endpoint.user_endpoint"
 
 
-def user_endpoint_pids(run_dir: Path) -> set[int]:
-    """PIDs of the user endpoint processes serving the site whose endpoint runs in
-    ``run_dir`` (their command lines name the module and the run dir)."""
-    out: set[int] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if UEP_MODULE in cmd and str(run_dir) in cmd:
-            out.add(int(proc.name))
-    return out
+def identity_for(path: str) -> str:
+    """The identity the run's tasks reach the endpoints with (the stand-in's client has no
+    token: ``anonymous``; the embedded path's service marks its own)."""
+    return "anonymous" if path == "cloud" else "embedded:anonymous"
 
 
 class Sampler:
-    """Samples, every 0.25 s, how many user endpoint processes each site runs."""
+    """Samples, every 0.5 s, how many user endpoint processes each site runs for the run's
+    own identity (from the endpoint's status report: another path's processes, still
+    idling out, are not the run's)."""
 
-    def __init__(self, run_dirs: dict[str, Path]) -> None:
-        self.run_dirs = run_dirs
-        self.most: dict[str, int] = dict.fromkeys(run_dirs, 0)
-        self.seen: dict[str, set[int]] = {s: set() for s in run_dirs}
+    def __init__(self, local: Any, sites: list[str], identity: str) -> None:
+        self.local = local
+        self.identity = identity
+        self.most: dict[str, int] = dict.fromkeys(sites, 0)
+        self.seen: dict[str, set[int]] = {s: set() for s in sites}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -88,11 +80,16 @@ class Sampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            for site, d in self.run_dirs.items():
-                pids = user_endpoint_pids(d)
+            for site in self.most:
+                report = self.local.daemons.report(site) or {}
+                pids = {
+                    int(u["pid"])
+                    for u in report.get("user_endpoints", [])
+                    if u.get("identity") == self.identity and u.get("state") != "stopping"
+                }
                 self.most[site] = max(self.most[site], len(pids))
                 self.seen[site] |= pids
-            self._stop.wait(0.25)
+            self._stop.wait(0.5)
 
 
 class Requests:
@@ -160,13 +157,12 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
         ]
         plans = [(ShellTask(command="true"), shapes[i % len(shapes)]) for i in range(200)]
     drain(local, sites)
-    run_dirs = {s: local.daemons.run_dir(s) for s in sites}
     snap = None if name in AS_A_NEW_USER else coord.inspect_federation()
     tally = Tally()
     req = Requests(local.service)
     latencies: list[float] = []
     placed: dict[str, int] = {}
-    with Sampler(run_dirs) as sampler:
+    with Sampler(local, sites, identity_for(local.path)) as sampler:
         t0 = time.perf_counter()
         for task, env in plans:
             a = time.perf_counter()

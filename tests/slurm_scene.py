@@ -59,7 +59,7 @@ def queued_jobs(slurm: Any, site: str) -> list[str]:
     return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
 
 
-def _active_jobs(slurm: Any, site: str) -> list[str]:
+def active_jobs(slurm: Any, site: str) -> list[str]:
     """Jobs queued or running on ``site``, but for the blocks a withdrawal held (a withdrawn
     copy's block: it uses nothing, never starts, and is cancelled when its user endpoint
     process ends)."""
@@ -79,7 +79,7 @@ def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0
     fail saying what is left."""
     deadline = time.monotonic() + timeout_s
     while True:
-        left = {s: jobs for s in sites if (jobs := _active_jobs(slurm, s))}
+        left = {s: jobs for s in sites if (jobs := active_jobs(slurm, s))}
         if not left:
             return
         if time.monotonic() > deadline:

@@ -178,7 +178,8 @@ def test_bad_site_is_marked_unhealthy_not_fatal(coord: Coordinator, local: Local
     """As on the real service, the endpoint's status is what the service last heard: a
     stopped endpoint shows offline once its connection closes, and a restarted one online
     once it is heard again (within a second or so); a cloud site asks for the status only
-    when its cached answer (``status_ttl_s``) is stale, so here it is asked afresh."""
+    when its cached answer (``status_ttl_s``; ``online_ttl_s`` on the embedded path) is
+    stale, so here it is asked afresh."""
     local.daemons.stop("local")
     try:
         site = coord.backends["local"]
@@ -200,9 +201,11 @@ def _offline(site: ComputeSite) -> bool:
     status = site.client.get_endpoint_status(str(site.endpoint_id))
     if status["status"] != "offline":
         return False
-    if isinstance(site, CloudSite):
-        with suppress(SiteUnavailableError):
+    with suppress(SiteUnavailableError):  # its cached "online" answer is dropped
+        if isinstance(site, CloudSite):
             site.endpoint_info(refresh=True)
+        else:
+            site.check_online()
     return True
 
 

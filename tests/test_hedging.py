@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 from inprocess import FixedCoordinator
-from slurm_scene import BOTH_PATHS, fill_delta_cpu, queued_jobs, until, wait_until_quiet
+from slurm_scene import (
+    BOTH_PATHS,
+    active_jobs,
+    fill_delta_cpu,
+    queued_jobs,
+    until,
+    wait_until_quiet,
+)
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import FederationError
@@ -699,8 +706,9 @@ def _delta_first_hedge() -> Policy:
 
 
 def _ours(slurm: Any, site: str) -> list[str]:
-    """Jobs on ``site`` that are not this test's fillers (i.e. the copies' batch jobs)."""
-    return [j for j in queued_jobs(slurm, site) if TAG not in j and HOLD not in j]
+    """Jobs on ``site`` that are not this test's fillers (i.e. the copies' batch jobs), but
+    for an earlier test's withdrawn block (held until its user endpoint process ends)."""
+    return [j for j in active_jobs(slurm, site) if TAG not in j and HOLD not in j]
 
 
 def _hold_local(slurm: Any) -> None:
@@ -776,7 +784,7 @@ def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
         if local.path == "embedded":
             # the Delta copy's batch job left Delta's queue: only the fillers are left
             until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
-            assert all(TAG in j for j in queued_jobs(slurm, "delta"))
+            assert all(TAG in j for j in active_jobs(slurm, "delta"))
         else:
             # the withdrawal won the copy's claim, and held its shape's pending block (named
             # for the shape, not the task): it never starts, and the engine, seeing it

@@ -85,6 +85,16 @@ class Acks:
         except Exception:
             logger.exception("recording an acknowledgement failed")
 
+    def drain(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until every watched future has its id or ended:
+        a durable coordinator closing records what the SDK still sends. False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.waiting():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def close(self) -> None:
         self._closed = True
         self._wake.set()

@@ -36,6 +36,9 @@ class Runtime(Protocol):
     result_storage: StorageRoot | None
     inline_limit_bytes: int
     probe_interval_s: float
+    closing: bool
+    """Set when close() begins: a durable coordinator's tasks then stay in flight in
+    its store for the next one, whatever their futures report as the sites close."""
     _last_snapshot: FederationSnapshot | None
 
     def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot: ...

@@ -9,6 +9,7 @@ report), ``holds`` (tasks the policy gate holds) and ``recovery``, all modules o
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import uuid
 from collections import deque
@@ -66,6 +67,11 @@ PROBE_ROUNDS_PER_WINDOW = (4, 16.0)
 ``api_burst_window_s``): a probe round is one submission per site, so in a burst of
 ``submit_task`` calls, once this many rounds ran within the window the latest snapshot is
 reused (with the coordinator's own placements laid over it) rather than waiting seconds."""
+CLOSE_DRAIN_S = 30.0
+"""How long closing a durable coordinator waits for the SDK to send (and the service to
+acknowledge) what ``submit_task`` returned before, so the store names each task's id."""
+
+logger = logging.getLogger(__name__)
 
 
 class Coordinator:
@@ -118,6 +124,7 @@ class Coordinator:
         """When the latest probe rounds began (monotonic; at most the SDK's burst)."""
         self.telemetry = telemetry
         self._owned: list[Store | Telemetry] = []
+        self.closing = False
         self.events = bus or EventBus(store)
         self.result_storage = result_storage
         """Site -> directory for results too large to return inline (None: never spill)."""
@@ -501,6 +508,14 @@ class Coordinator:
         self._owned.extend(r for r in resources if r is not None)
 
     def close(self) -> None:
+        self.closing = True
+        if self.store is not None and not self._shipping.acks.drain(CLOSE_DRAIN_S):
+            logger.warning(
+                "closing: %d shipment(s) still unacknowledged after %.0f s; the next "
+                "coordinator settles them (recover())",
+                self._shipping.acks.waiting(),
+                CLOSE_DRAIN_S,
+            )
         self.milestones.close()
         self._hedging.close()
         self.hooks.close()

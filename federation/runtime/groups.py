@@ -28,12 +28,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import NoFeasibleSiteError
 from federation.core.tasks import TaskSpec
 from federation.runtime.events import Event, EventCallback
+from federation.runtime.group_seam import GroupCoordinator
 from federation.runtime.handles import TaskHandle
 from federation.runtime.hooks import Hook
 from federation.runtime.specs import load_spec
@@ -41,57 +42,8 @@ from federation.security.policy import LOCAL_CALLER
 
 if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
-    from federation.placement.candidates import PlacementDecision
-    from federation.runtime.events import EventBus
-    from federation.runtime.hooks import HookRunner
-    from federation.runtime.milestones import MilestoneWatcher
-    from federation.runtime.store import Store
-    from federation.sites.backend import SiteBackend
 
 logger = logging.getLogger(__name__)
-
-
-class GroupCoordinator(Protocol):
-    """What groups use of the coordinator (``federation.runtime.coordinator.Coordinator``):
-    submitting, cancelling and planning tasks, its events and its store."""
-
-    @property
-    def backends(self) -> dict[str, SiteBackend]: ...
-    @property
-    def events(self) -> EventBus: ...
-    @property
-    def hooks(self) -> HookRunner: ...
-    @property
-    def milestones(self) -> MilestoneWatcher: ...
-    @property
-    def store(self) -> Store | None: ...
-
-    def submit_task(
-        self,
-        task: TaskSpec,
-        envelope: ResourceEnvelope,
-        *,
-        on_event: EventCallback | None = None,
-        snapshot: FederationSnapshot | None = None,
-        caller: str = LOCAL_CALLER,
-        hooks: Iterable[Hook] = (),
-    ) -> TaskHandle: ...
-
-    def cancel(self, handle: TaskHandle | str, reason: str = ...) -> bool: ...
-
-    def plan(
-        self, envelope: ResourceEnvelope, snapshot: FederationSnapshot | None = None
-    ) -> PlacementDecision: ...
-
-    def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot: ...
-
-    def inspect_federation(self) -> FederationSnapshot: ...
-
-    def handles(self) -> list[TaskHandle]: ...
-
-    def task(self, task_id: str) -> TaskHandle | None: ...
-
-    def _handle(self, handle: TaskHandle | str) -> TaskHandle: ...
 
 
 REPLACE_MARGIN_S = 30.0
@@ -140,6 +92,9 @@ class GroupHandle:
     _done: threading.Event = field(default_factory=threading.Event)
     _replacing: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
+    _judging: set[str] = field(default_factory=set)
+    """Placements being judged, or placed by a move and judged at their recheck: a sibling's
+    end does not judge them again meanwhile (two judges of one child race)."""
     _rechecks: dict[str, int] = field(default_factory=dict)
     """How often each placement left queued as 'about to start' was judged again."""
     _ending: bool = False
@@ -285,7 +240,16 @@ class GroupManager:
         # every sibling but the still-queued ones has finished: release the soft constraint
         if queued and len(terminal) + len(queued) == len(g.children):
             for child in queued:
-                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+                self._judge(g, child, child.handle)
+
+    def _judge(self, g: GroupHandle, child: GroupChild, placement: TaskHandle) -> None:
+        """Judge ``placement`` of ``child`` off this thread (it probes), unless it is being
+        judged already or waits for its recheck."""
+        with self._lock:
+            if placement.id in g._judging:
+                return
+            g._judging.add(placement.id)
+        threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
 
     def _stalled_child(self, g: GroupHandle, child: GroupChild, reason: str) -> None:
         """Report, once per placement, a child still queued after its siblings finished."""
@@ -303,6 +267,7 @@ class GroupManager:
         )
 
     def _replace(self, g: GroupHandle, child: GroupChild) -> None:
+        old = child.handle
         try:
             self._move(g, child)
         except Exception as e:  # never lose a group to a failure while moving a child
@@ -318,6 +283,9 @@ class GroupManager:
                 self._evaluate(g)  # the child's last placement may have ended the round
             except Exception:  # the coordinator closed meanwhile (its store and probes gone)
                 logger.warning("group %s: re-placement ended by the coordinator's close", g.id)
+        finally:
+            with self._lock:
+                g._judging.discard(old.id)
 
     def _move(self, g: GroupHandle, child: GroupChild) -> None:
         """Judge a child still queued after its siblings finished; move it if that pays.
@@ -372,6 +340,9 @@ class GroupManager:
         self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
         self._announce_move(g, child, old, new)
         new.add_callback(functools.partial(self._on_child_event, g))
+        with self._lock:  # its new site's worker needs a moment: judged at its recheck
+            g._judging.add(new.id)
+        self._recheck_later(g, child, new)
 
     def _recheck_later(self, g: GroupHandle, child: GroupChild, old: TaskHandle) -> None:
         """Judge the child again later, should it still not have started by then."""
@@ -382,8 +353,10 @@ class GroupManager:
             g._rechecks[old.id] = n + 1
 
         def due() -> None:  # on the coordinator's timer thread: judge off it (it probes)
+            with self._lock:
+                g._judging.discard(old.id)
             if child.handle is old and old.state == "queued" and not g.done:
-                threading.Thread(target=self._replace, args=(g, child), daemon=True).start()
+                self._judge(g, child, old)
 
         self.coord.milestones.timers.call_later(RECHECK_S, due)
 

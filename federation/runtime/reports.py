@@ -102,6 +102,10 @@ class Reports:
         """The task's future resolved: complete it, fail it, retry it or re-attach it."""
         if handle.state in ("completed", "failed"):
             return  # already settled (e.g. cancelled by request): report once
+        if self.rt.closing and self.rt.store is not None:
+            # the sites are closing their watchers: the task stays in flight in the store,
+            # and the next coordinator re-attaches to it (recover())
+            return
         self.started_before_done(handle)
         if fut.cancelled():
             self.life.fail(handle, "cancelled", "")

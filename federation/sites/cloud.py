@@ -264,8 +264,8 @@ class CloudSite(ComputeSite):
         fut.add_done_callback(self._learn_worker_python)
         return fut
 
-    def _ensure_online(self) -> None:
-        pass  # probe() asked endpoint_info() already (cached for status_ttl_s)
+    def _ensure_online(self, *, refresh: bool = False) -> None:
+        self.endpoint_info(refresh=refresh)  # probe() asked it already (cached for status_ttl_s)
 
     def _learn_worker_python(self, fut: Future[dict[str, Any]]) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 ExecutorFactory = Callable[[uuid.UUID, Client, dict[str, Any], uuid.UUID], Executor]
 Canceller = Callable[[str], bool]
+
+ONLINE_TTL_S = 10.0
+"""How long the service's "online" answer for an endpoint stands before a probe asks again."""
 
 
 def cloud_executor(
@@ -58,6 +62,7 @@ class ComputeSite:
         adopter: Callable[[str], None] | None = None,
         account: str | None = None,
         budget_core_hours: float | None = None,
+        online_ttl_s: float = ONLINE_TTL_S,
     ) -> None:
         self.spec = spec
         self.account = account or spec.default_account
@@ -78,6 +83,9 @@ class ComputeSite:
         self._probe_fn = probe_fn
         self._adopter = adopter
         self._executors: dict[str, Executor] = {}
+        self.online_ttl_s = online_ttl_s
+        self._online_at: float | None = None
+        """When the service last said the endpoint is online (monotonic)."""
         self._reloaders: list[Executor] = []
         """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
@@ -104,15 +112,26 @@ class ComputeSite:
                 self._executors[key] = ex
             return ex
 
-    def _ensure_online(self) -> None:
+    def _ensure_online(self, *, refresh: bool = False) -> None:
         """The service holds a task for an endpoint that is away until it returns: a probe
-        would wait out its timeout, so ask the endpoint's status first."""
+        would wait out its timeout, so ask the endpoint's status first. An "online" answer
+        stands for ``online_ttl_s`` (a status request per probe round would spend the
+        service's request rate on asking); any other is asked again next time."""
+        at = self._online_at
+        if not refresh and at is not None and time.monotonic() - at < self.online_ttl_s:
+            return
         status = self.client.get_endpoint_status(str(self.endpoint_id))
         state = str((status or {}).get("status", "unknown"))
         if state != "online":
+            self._online_at = None
             raise SiteUnavailableError(
                 f"site {self.name}: its endpoint is {state}; run `federation sites up`"
             )
+        self._online_at = time.monotonic()
+
+    def check_online(self) -> None:
+        """Ask the service for the endpoint's status now (raises if it is not online)."""
+        self._ensure_online(refresh=True)
 
     def probe(self) -> Future[dict[str, Any]]:
         from functions.probes import probe_slurm

@@ -182,6 +182,7 @@ class LocalComputeService:
         for rw in watchers:
             rw._time_to_stop = True
             rw._time_to_check_results.set()
+            rw.unregister()
         for ep in endpoints:
             ep.link.close()
 
@@ -406,7 +407,8 @@ class LocalComputeService:
                 "packed_task": protocol.b64(packed),
                 "user_endpoint_config": uec,
                 "user_runtime": runtime,
-                "identity": identity,
+                # its own UEPs: the cloud path's withdrawn copies stay outstanding in theirs
+                "identity": identity if self.strict else f"embedded:{identity}",
             }
             if self._memory is not None:
                 self._memory.remember(tid, endpoint_id, tg, msg)

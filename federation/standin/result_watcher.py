@@ -12,6 +12,7 @@ import threading
 import time
 
 from globus_compute_common.messagepack.message_types import Result
+from globus_compute_sdk.sdk import executor as sdk_executor
 from globus_compute_sdk.sdk.executor import _ResultWatcher
 from pika.spec import BasicProperties
 
@@ -40,6 +41,14 @@ class InProcessResultWatcher(_ResultWatcher):  # type: ignore[misc]
                 if not fut.done():
                     fut.set_exception(RuntimeError("result watcher stopped"))
             self._open_futures_empty.set()
+        self.unregister()
+
+    def unregister(self) -> None:
+        """Leave the SDK's per-task-group registry, which ``Executor.reload_tasks`` reads
+        (it skips tasks a registered watcher still holds): a stopped watcher of a closed
+        coordinator must not hide its tasks from the next coordinator in this process."""
+        if sdk_executor._RESULT_WATCHERS.get(self.task_group_id) is self:
+            sdk_executor._RESULT_WATCHERS.pop(self.task_group_id, None)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if threading.get_ident() == self._thread_id:

@@ -47,6 +47,8 @@ class SnapshotCache:
             try:
                 self.refresh()
             except Exception:
+                if self.coord.closing:
+                    return  # its coordinator closed under a round: nothing to report
                 logger.exception("background probe failed")
             if self._stop.wait(self.refresh_s):
                 return
