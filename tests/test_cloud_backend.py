@@ -453,7 +453,8 @@ def test_a_fan_out_of_one_shape_is_one_config_one_function_and_batched_requests(
 ) -> None:
     """200 tasks of one shape, the SDK's own client-side limits as it ships them: one
     user_endpoint_config (so one user endpoint process on the site), the shell function
-    registered once, and the tasks batched into a few requests (at most 128 per request).
+    registered once (also for a second shape), and the tasks batched into a few requests
+    (at most 128 per request).
     Before shipping per shape, every task carried its own job_tag (200 configs, 200
     requests, 200 registrations)."""
 
@@ -473,20 +474,24 @@ def test_a_fan_out_of_one_shape_is_one_config_one_function_and_batched_requests(
     )
     try:
         futs = [site.submit(ShellTask(command=f"echo {i}"), SHAPE) for i in range(200)]
+        # a second shape: a config (and executor) of its own, the function not registered
+        # again (its id is passed to the new executor)
+        other = SHAPE.model_copy(update={"cpus": SHAPE.cpus + 1})
+        futs += [site.submit(ShellTask(command=f"echo {i}"), other) for i in range(5)]
         for f in futs:
             _wait_task_id(f, timeout_s=120.0)
         bodies = [json.loads(c.request.body) for c in task_submits()]
         configs = {json.dumps(b["user_endpoint_config"], sort_keys=True) for b in bodies}
-        assert len(configs) == 1
-        assert sum(len(p) for b in bodies for p in b["tasks"].values()) == 200
+        assert len(configs) == 2
+        assert sum(len(p) for b in bodies for p in b["tasks"].values()) == 205
         assert all(len(p) <= 128 for b in bodies for p in b["tasks"].values())
         # the SDK sends what its queue holds when it wakes: its first few requests go out
         # small, then its own pacing (4 small requests per 16 s) lets the rest gather into
         # batches; before, each task was a request of its own (200)
-        assert len(bodies) <= 12, [sum(len(p) for p in b["tasks"].values()) for b in bodies]
+        assert len(bodies) <= 13, [sum(len(p) for p in b["tasks"].values()) for b in bodies]
         registrations = [c for c in responses.calls if c.request.url.endswith("/v3/functions")]
         assert len(registrations) == 1
         tags = {x.tag for x in site.jobs._tracked.values()} if site.jobs else set()
-        assert len(tags) == 200  # each task still claims a tag of its own
+        assert len(tags) == 205  # each task still claims a tag of its own
     finally:
         _close(site)

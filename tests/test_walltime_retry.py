@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -177,29 +178,31 @@ def _sacct(fed: Any, job: str) -> dict[str, str]:
 @pytest.mark.slurm
 @pytest.mark.timeout(900)
 def test_a_real_job_killed_at_its_limit_is_retried_longer_and_completes(
-    local_federation: Any,
+    local_federation: Any, tmp_path: Path
 ) -> None:
     """On the local Slurm cluster: a shell task that needs 100 s, given a 1-minute limit,
     is killed by Slurm at its limit (the engine then reports its worker pool lost); sacct
     says TIMEOUT, and the retry, on the same site, asks for twice what it ran and
     completes. (Slurm enforces limits on a 30-s timer plus KillWait=5 s, so a job may run
-    up to ~95 s: a shorter sleep could finish before the kill.)"""
+    up to ~95 s: a shorter sleep could finish before the kill.) The first run leaves a mark, so
+    the retry, whose longer limit is what is checked, ends at once instead of sleeping again."""
     from federation.core.tasks import ShellTask
     from federation.deploy.local import LocalSites
 
     local = LocalSites(home=local_federation.home, sites=[SITE])
     local.up()
     coord = local.connect(telemetry=False, probe_timeout_s=120)
+    mark = tmp_path / "first-run"
     t0 = time.monotonic()
     try:
         h = coord.submit_task(
-            ShellTask(command="sleep 100; echo slept"),
+            ShellTask(command=f"[ -e {mark} ] || {{ touch {mark}; sleep 100; }}; echo slept"),
             ResourceEnvelope(sites=(SITE,), walltime_s=60),
         )
         assert h.wait(780), f"still {h.state} after 780 s: {h.notes}"
         took = time.monotonic() - t0
         assert h.state == "completed", f"{h.error} / {h.notes}"
-        assert h.manifest().stdout.strip() == "slept"
+        assert h.manifest().stdout.strip() == "slept" and mark.exists()
         assert [a["failure"] for a in h.attempts] == ["walltime"], h.attempts
         assert h.site == SITE and h.attempts[0]["site"] == SITE
         first, second = h.slurm_job_ids

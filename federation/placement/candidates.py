@@ -497,6 +497,12 @@ def enumerate_candidates(
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
     for spec in sites:
+        if envelope.sites and spec.name not in envelope.sites:  # whether probed or not
+            reason = "excluded by the envelope's site list"
+            rejected.extend(
+                Rejection(site=spec.name, partition=p.name, reason=reason) for p in spec.partitions
+            )
+            continue
         snap = snapshot.site(spec.name)
         if snap is None or not snap.health.reachable:
             err = snap.health.error if snap else "not probed"

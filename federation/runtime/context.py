@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from federation.core.envelope import ResourceEnvelope
     from federation.core.snapshot import FederationSnapshot
     from federation.placement.candidates import PlacementDecision
@@ -41,7 +43,9 @@ class Runtime(Protocol):
     its store for the next one, whatever their futures report as the sites close."""
     _last_snapshot: FederationSnapshot | None
 
-    def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot: ...
+    def snapshot(
+        self, max_age_s: float | None = None, sites: Iterable[str] = ()
+    ) -> FederationSnapshot: ...
 
     def site_for(self, caller: str, site: str) -> SiteBackend: ...
 

@@ -120,7 +120,8 @@ class Coordinator:
         self.policy = policy
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
-        self._probe_rounds: list[float] = []
+        self._probe_rounds: dict[str, list[float]] = {}
+        """When each site was last probed (the latest rounds only, per site's executor)."""
         """When the latest probe rounds began (monotonic; at most the SDK's burst)."""
         self.telemetry = telemetry
         self._owned: list[Store | Telemetry] = []
@@ -177,29 +178,50 @@ class Coordinator:
     # --- inspect_federation ---------------------------------------------------------------
     def inspect_federation(self) -> FederationSnapshot:
         """Probe every site in parallel; a failing site is marked unhealthy, never fatal."""
-        self._probe_rounds.append(time.monotonic())
-        del self._probe_rounds[: -PROBE_ROUNDS_PER_WINDOW[0]]
-        sites = probe_sites(self.backends, self.probe_timeout_s)
-        snap = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(sites))
+        return self._probe(list(self.backends))
+
+    def _probe(self, names: list[str]) -> FederationSnapshot:
+        """Probe ``names``; the latest snapshot keeps the other sites as they were probed
+        (each site's ``taken_at`` is its own; the snapshot's is the oldest)."""
+        now = time.monotonic()
+        for name in names:
+            rounds = self._probe_rounds.setdefault(name, [])
+            rounds.append(now)
+            del rounds[: -PROBE_ROUNDS_PER_WINDOW[0]]
+        probed = probe_sites({n: self.backends[n] for n in names}, self.probe_timeout_s)
+        fresh = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(probed))
+        last = self._last_snapshot
+        snap = fresh
+        if len(names) < len(self.backends) and last is not None:
+            by_name = {x.site: x for x in last.sites} | {x.site: x for x in probed}
+            sites = tuple(by_name[n] for n in self.backends if n in by_name)
+            snap = FederationSnapshot(taken_at=min(x.taken_at for x in sites), sites=sites)
         self._last_snapshot = snap
         if self.learned is not None:
-            self.learned.look(snap)
+            self.learned.look(fresh)
         if self.telemetry is not None:
-            self.telemetry.record(snap)
+            self.telemetry.record(fresh)
         return snap
 
-    def snapshot(self, max_age_s: float | None = None) -> FederationSnapshot:
-        """The last snapshot if younger than ``max_age_s`` (default: probe interval), else new."""
+    def snapshot(
+        self, max_age_s: float | None = None, sites: Iterable[str] = ()
+    ) -> FederationSnapshot:
+        """The last snapshot if ``sites`` (default: all) in it are younger than ``max_age_s``
+        (default: probe interval), else one with those sites probed afresh."""
         age = self.probe_interval_s if max_age_s is None else max_age_s
+        want = [n for n in sites if n in self.backends] or list(self.backends)
         last = self._last_snapshot
-        if last is not None and (datetime.now(UTC) - last.taken_at).total_seconds() <= age:
-            return last
+        if last is not None:
+            now = datetime.now(UTC)
+            taken = [x.taken_at for x in last.sites if x.site in want]
+            if len(taken) == len(want) and all((now - t).total_seconds() <= age for t in taken):
+                return last
         rounds, window_s = PROBE_ROUNDS_PER_WINDOW
-        recent = self._probe_rounds
-        throttled = len(recent) >= rounds and time.monotonic() - recent[0] < window_s
+        recent = [self._probe_rounds.get(n, []) for n in want]
+        throttled = any(len(r) >= rounds and time.monotonic() - r[0] < window_s for r in recent)
         if last is not None and max_age_s is None and throttled:
             return last  # a round now would wait for the SDK's throttle: a burst reuses it
-        return self.inspect_federation()
+        return self._probe(want)
 
     # --- submit_task ----------------------------------------------------------------------
     def submit_task(
@@ -225,7 +247,7 @@ class Coordinator:
                 raise UnknownSiteError(s, sorted(self.backends))
         envelope = self.gate.narrow(caller, envelope, task)
         code_hash = check_serializable(task)
-        snap = snapshot or self.snapshot()
+        snap = snapshot or self.snapshot(sites=envelope.sites)  # only the sites it may use
         specs = [b.spec for b in self.backends.values()]
         policy = self._placer()
         with self.deciding_for(task.label or code_hash):

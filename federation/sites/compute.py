@@ -31,6 +31,21 @@ logger = logging.getLogger(__name__)
 ExecutorFactory = Callable[[uuid.UUID, Client, dict[str, Any], uuid.UUID], Executor]
 Canceller = Callable[[str], bool]
 
+
+class _ThrottleAsInfo(logging.Filter):
+    """The SDK warns (eight lines) each time its own client-side limit delays a request;
+    here that delay is expected and nobody waits on it (``submit_task`` returns first;
+    :mod:`federation.runtime.acks`), so it is logged at INFO instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and "API rate-limit delay" in str(record.msg):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
+logging.getLogger("globus_compute_sdk.sdk.executor").addFilter(_ThrottleAsInfo())
+
 ONLINE_TTL_S = 10.0
 """How long the service's "online" answer for an endpoint stands before a probe asks again."""
 
@@ -90,6 +105,11 @@ class ComputeSite:
         """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
         self._shell_functions: dict[int, ShellFunction] = {}
+        self._register_lock = threading.Lock()
+        self._function_ids: dict[int, tuple[Any, str]] = {}
+        """Functions registered through this site, by id(), with their function id."""
+        self._registered: dict[int, set[int]] = {}
+        """Per executor (by id()), the functions it knows the id of."""
 
     @property
     def name(self) -> str:
@@ -187,8 +207,24 @@ class ComputeSite:
             args = (jobtags.claim_path(tag), code_payload(task.fn), tuple(task.args), task.kwargs)
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
+        self._register_once(ex, fn)
         fut: Future[Any] = ex.submit(fn, *args, **kwargs)
         return fut
+
+    def _register_once(self, ex: Executor, fn: Any) -> None:
+        """Register ``fn`` with the service once per site, not once per executor (shape): a
+        later executor is told the id (``Executor.register_function(function_id=...)``),
+        so K shapes cost one registration request, not K."""
+        with self._register_lock:
+            done = self._registered.setdefault(id(ex), set())
+            if id(fn) in done:
+                return
+            known = self._function_ids.get(id(fn))
+            if known is not None:
+                ex.register_function(fn, function_id=known[1])
+            else:  # the function is kept with its id, so its id() is never reused meanwhile
+                self._function_ids[id(fn)] = (fn, ex.register_function(fn))
+            done.add(id(fn))
 
     def _shell_function(self, snippet_lines: int) -> ShellFunction:
         with self._lock:
