@@ -14,6 +14,10 @@ limits as it ships them and the stand-in service's request rate limit on. Scenar
   service received, and the most user endpoint processes the site ran at once.
 * ``shapes4``: 200 tasks over 4 shapes on 2 sites (``local``, ``delta``): user endpoint
   processes per site at most (shapes + 1 for the probe).
+* ``hedged``: Delta's CPU nodes full (filler jobs), 12 tasks ``sleep 2`` placed on Delta
+  first with a hedged copy on ``local`` (a policy that prefers Delta whatever its queue):
+  every task is won by its ``local`` copy, and the Delta copies are withdrawn; ``sacct`` on
+  Delta then lists every batch job since the start, and none of ours may have started.
 * ``sleep8`` and ``tiny30``: the issue's own tables (8 tasks ``sleep 10`` and 30 tasks
   ``echo`` on ``local``), ``submit_task`` called as a new user would, without a snapshot.
 
@@ -45,7 +49,7 @@ from bench.perf import RESULTS, quantile  # noqa: E402
 from federation.core.envelope import ResourceEnvelope  # noqa: E402
 from federation.core.tasks import ShellTask  # noqa: E402
 
-SCENARIOS = ("sleep8", "tiny30", "sleep64", "tiny200", "shapes4")
+SCENARIOS = ("sleep8", "tiny30", "sleep64", "tiny200", "shapes4", "hedged")
 AS_A_NEW_USER = ("sleep8", "tiny30")
 """Scenarios of the issue's own tables: ``submit_task`` called as a new user would (no
 snapshot passed: the coordinator probes when its snapshot is older than 2 s)."""
@@ -122,8 +126,11 @@ def drain(local: Any, sites: list[str], timeout_s: float = 300.0) -> None:
     while time.monotonic() < deadline:
         busy = False
         for s in sites:
-            out = local.slurm.run(s, ["squeue", "--noheader", "--format=%j"]).stdout
-            busy = busy or any(ln.startswith(("fed.", "parsl")) for ln in out.splitlines())
+            out = local.slurm.run(s, ["squeue", "--noheader", "--format=%j|%r"]).stdout
+            busy = busy or any(  # a withdrawn copy's held block uses nothing: not waited for
+                ln.startswith(("fed.", "parsl")) and not ln.endswith("|JobHeldUser")
+                for ln in out.splitlines()
+            )
         if not busy:
             return
         time.sleep(1.0)
@@ -197,6 +204,77 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
     }
 
 
+FILL_TAG = "fed-bench-fill"
+
+
+def run_hedged(local: Any, scratch: Path, timeout_s: float, n: int = 12) -> dict[str, Any]:
+    """Hedged copies on a full site: the Delta copies are withdrawn, and none started."""
+    from federation.placement.policies import Policy
+
+    drain(local, ["delta", "local"])
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")  # the clusters' local time
+    delta_first = Policy(
+        name="delta-first-hedge",
+        key=lambda c: (0.0 if c.site == "delta" else 1.0, c.predicted_wait_s),
+        hedge_within=0.0,
+    )
+    coord = local.connect(
+        telemetry=False, durable=True, store_path=scratch / "hedged.db", policy=delta_first
+    )
+    for _ in range(4):  # Delta's CPU nodes full, with more waiting behind
+        local.slurm.run(
+            "delta",
+            [
+                "sbatch",
+                f"--job-name={FILL_TAG}",
+                "--partition=cpu",
+                "--cpus-per-task=128",
+                "--mem=8G",
+                "--time=00:30:00",
+                "--output=/dev/null",
+                "--wrap=sleep 600",
+            ],
+        )
+    time.sleep(1.5)
+    env = ResourceEnvelope(sites=("delta", "local"), cpus_min=1, walltime_s=600)
+    tally = Tally()
+    try:
+        t0 = time.perf_counter()
+        handles = [
+            coord.submit_task(ShellTask(command="sleep 2"), env, on_event=tally) for _ in range(n)
+        ]
+        deadline = time.monotonic() + timeout_s
+        while tally.terminal < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        wall = time.perf_counter() - t0
+        copies: dict[str, int] = {}
+        for h in handles:
+            for c in h.copies:
+                key = f"{c.site}:{c.state}"
+                copies[key] = copies.get(key, 0) + 1
+        time.sleep(5)  # withdrawals of the last copies land
+        acct = local.slurm.run(
+            "delta",
+            ["sacct", "-X", "-a", "-n", "-P", "-S", since, "-o", "JobID,JobName,State,Start"],
+        ).stdout
+        ours = [ln.split("|") for ln in acct.splitlines() if ln and FILL_TAG not in ln]
+        started = [r for r in ours if r[3] not in ("Unknown", "None", "")]
+    finally:
+        local.slurm.run("delta", ["scancel", f"--name={FILL_TAG}"])
+        coord.close()
+    return {
+        "tasks": n,
+        "completed": tally.completed,
+        "failed": tally.failed,
+        "errors": tally.errors[:5],
+        "wall_s": round(wall, 2),
+        "copies": copies,
+        "won_at_local": sum(1 for h in handles if h.site == "local"),
+        "delta_jobs": len(ours),
+        "delta_jobs_started": len(started),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SCENARIOS))
@@ -229,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for name in scenarios:
                     console.print(f"[bold]{path}[/]: {name} ...")
+                    if name == "hedged":
+                        res = run_hedged(local, Path(scratch), args.timeout_s)
+                        out["runs"][f"{path}/{name}"] = res
+                        console.print(json.dumps(res))
+                        continue
                     res = run_scenario(local, coord, name, args.timeout_s)
                     out["runs"][f"{path}/{name}"] = res
                     console.print(json.dumps(res))
@@ -260,6 +343,18 @@ def summary_table(out: dict[str, Any]) -> Table:
     runs = out["runs"]
     for key, r in runs.items():
         path, name = key.split("/")
+        if name == "hedged":
+            t.add_row(
+                key,
+                f"{r['completed']}/{r['tasks']}",
+                f"{r['wall_s']:.1f}",
+                f"Delta jobs started: {r['delta_jobs_started']} of {r['delta_jobs']} (0)",
+                "",
+                "",
+                "",
+                ", ".join(f"{k}: {v}" for k, v in sorted(r["copies"].items())),
+            )
+            continue
         target = ""
         if name == "sleep64":
             target = f"<= 60 s: {'met' if r['wall_s'] <= 60 and not r['failed'] else 'MISSED'}"

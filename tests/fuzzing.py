@@ -252,8 +252,8 @@ class FuzzWorld:
             "site_futures": sum(
                 len(b._futures) for b in self.coord.backends.values() if isinstance(b, ThreadSite)
             ),
-            "groups": sorted(self.ops._groups),
-            "transfers": sorted(self.ops._transfers),
+            "groups": sorted(self.coord.groups.groups),
+            "transfers": sorted(h.id for h in self.coord.transfers.handles()),
         }
 
     def settle(self, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -263,7 +263,7 @@ class FuzzWorld:
         last = None
         while time.monotonic() < deadline:
             busy = [h for h in self.coord.handles() if not h.done and h.id != self.ids["held"]]
-            busy += [t for t in list(self.ops._transfers.values()) if not _transfer_done(t)]
+            busy += [t for t in self.coord.transfers.handles() if not _transfer_done(t)]
             now = self.fingerprint()
             if not busy and now == last:
                 return now

@@ -424,6 +424,53 @@ def test_reattach_reloads_the_task_group(site: CloudSite, client: Client) -> Non
     assert not futs[running].done()
 
 
+def test_every_site_reattaches_its_tasks_from_the_one_task_group(
+    site: CloudSite, client: Client, auth: AuthSettings
+) -> None:
+    """The sites of a coordinator share its task group: the first site's reload opens
+    futures for every site's tasks, and the SDK's reload skips tasks a watcher already
+    holds, so a second site's reload used to find nothing ("Received no tasks") and its
+    tasks were reported as no longer known (issue 25)."""
+    other = CloudSite(
+        load_site("vista"),
+        uuid.uuid4(),
+        client,
+        auth=auth,
+        executor_factory=factory,
+        task_group_id=site.task_group_id,
+        account="ASC23000",
+    )
+    on_delta, on_vista = str(uuid.uuid4()), str(uuid.uuid4())
+    tg = str(site.task_group_id)
+    responses.add(
+        responses.GET,
+        f"{COMPUTE}/v2/taskgroup/{tg}",
+        json={"taskgroup_id": tg, "tasks": [{"id": on_delta}, {"id": on_vista}]},
+    )
+    result = client.fx_serializer.serialize
+    responses.add(
+        responses.POST,
+        f"{COMPUTE}/v2/batch_status",
+        json={
+            "response": "batch",
+            "results": {
+                on_delta: {"task_id": on_delta, "status": "running"},
+                on_vista: {"task_id": on_vista, "status": "running"},
+            },
+        },
+    )
+    try:
+        assert set(site.reattach([on_delta])) == {on_delta}
+        again = other.reattach([on_vista])  # still running: the first reload watches it
+        assert set(again) == {on_vista}
+        # and its result reaches the future the second site handed out
+        rw = WatchedExecutor.watchers[tg]
+        rw.deliver(Result(task_id=uuid.UUID(on_vista), data=result(7)))
+        assert again[on_vista].result(timeout=10) == 7
+    finally:
+        _close(other)
+
+
 def _wait_task_id(fut: Any, timeout_s: float = 30.0) -> str:
     import time
 

@@ -128,6 +128,29 @@ def test_finished_tasks_leave_memory_and_are_read_back(durable: FixedCoordinator
     assert durable.task("no-such-task") is None
 
 
+def test_ended_groups_leave_memory_and_are_read_back(durable: FixedCoordinator) -> None:
+    """A group whose round ended leaves the coordinator's memory (issue 25), as its tasks
+    do; get() reads it back from the store, ended, with its children's results."""
+    groups = [
+        durable.submit_group(
+            [(f"c{i}", PythonTask(square, (i,)), ENV) for i in (1, 2)],
+            objective=f"round {n}",
+            distinct_sites=False,
+        )
+        for n in range(5)
+    ]
+    for g in groups:
+        assert g.wait(30)
+    manager = durable.groups
+    assert manager.groups == {} and manager.released == 5
+    back = manager.get(groups[3].id)
+    assert back is not groups[3] and back.done and back.objective == "round 3"
+    assert back.state() == {"c1": "completed", "c2": "completed"}
+    assert [c.handle.value for c in back.children] == [1, 4]
+    with pytest.raises(KeyError, match="unknown group"):
+        manager.get("no-such-group")
+
+
 def test_a_finished_tasks_notes_are_kept_with_its_end(durable: FixedCoordinator) -> None:
     from federation.runtime.rows import end_fields
 

@@ -55,7 +55,11 @@ def test_move_data_between_local_sites(tmp_path: Path) -> None:
     assert coord.store is not None and coord.store.transfers(transfer_id=h.id)
     done = coord.events.await_event(0, task_ids={h.id}, kinds={"transfer.completed"}, timeout_s=60)
     assert [e.kind for e in done] == ["transfer.completed"]
-    assert h.wait(5) and coord.get_transfer(h.id) is h
+    assert h.wait(5)
+    # finished, it left the coordinator's memory; get_transfer reads it back from the store
+    assert h.id not in {t.id for t in coord.transfers.handles()}
+    back = coord.get_transfer(h.id)
+    assert back is not h and back.as_dict() == h.as_dict() and back.wait(0)
     out = home / "storage" / "delta" / "inputs" / "in.bin"
     assert hashlib.sha256(out.read_bytes()).digest() == hashlib.sha256(data).digest()
     d = h.as_dict()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -89,6 +90,64 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
     assert coord.store is not None
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         coord.store.tasks()
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("path", ["embedded", "cloud"])
+def test_sigkill_with_tasks_on_three_sites_reattaches_every_site(
+    local_federation: Any, tmp_path: Path, path: str
+) -> None:
+    """Six shell tasks over three sites, the coordinator SIGKILLed at a seeded random time
+    while they run: the restarted one reports every task completed with its own output,
+    and each ran once (one job id in its file). Before, only the first site re-attached
+    its tasks; the others were reported as no longer known (issue 25)."""
+    home = local_federation.home
+    LocalSites(home=home).up()
+    db = home / "coordinator.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    seed = int(os.environ.get("FEDERATION_CRASH_SEED", time.time_ns() % 10_000))
+    delay_s = random.Random(seed).uniform(2.0, 8.0)
+    print(f"\ncrash seed {seed}: SIGKILL {delay_s:.1f} s after the tasks were submitted")
+    out = tmp_path / "ran"
+    out.mkdir()
+    work = "3,3,3,20,20,20"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "crash_child.py"),
+            *(str(home), work, "shell", "local,delta,vista", str(out)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("SUBMITTED "), line
+        ids = line.split()[1:]
+        time.sleep(delay_s)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    local = LocalSites(home=home, path=path)
+    coord = local.connect(durable=True, telemetry=False)
+    try:
+        sites = {}
+        for i, tid in enumerate(ids):
+            r = coord.get_result(tid, timeout_s=180)
+            assert r.status == "completed", (seed, tid, r.site, r.error)
+            assert r.stdout is not None and r.stdout.strip() == f"ran-{i}", (seed, r.stdout)
+            sites[tid] = r.site
+        assert set(sites.values()) == {"local", "delta", "vista"}
+        ran = {p.name: p.read_text().split() for p in out.iterdir()}
+        assert {k: len(v) for k, v in ran.items()} == {str(i): 1 for i in range(6)}, (seed, ran)
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()
 
 
 @pytest.mark.crash

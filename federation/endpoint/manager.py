@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -128,6 +129,12 @@ class EndpointDaemons:
         # process ends and its blocks are cancelled (a withdrawn copy's held block among them)
         for key, value in LOCAL_LIFETIMES.items():
             env.setdefault(key, value)
+        # the hard limit is time (a queued or starting block), not beats: a faster beat
+        # (a test's) counts more of them, so a starting engine is not taken for a stuck one
+        if "FEDERATION_IDLE_HEARTBEATS_HARD" not in {**os.environ, **site_env}:
+            beat_s = max(float(env["FEDERATION_EP_HEARTBEAT_S"]), 0.05)
+            least = int(LOCAL_LIFETIMES["FEDERATION_IDLE_HEARTBEATS_HARD"])
+            env["FEDERATION_IDLE_HEARTBEATS_HARD"] = str(max(least, math.ceil(125 / beat_s)))
         log = (run_dir / "endpoint.stdout").open("ab")
         proc = subprocess.Popen(
             [

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from federation.core.errors import ParseError
@@ -178,9 +180,12 @@ def load_json(source: str | bytes | Mapping[str, Any], what: str) -> dict[str, A
 def json_number(value: Any) -> float | None:
     """A Slurm JSON number: plain, or ``{"set", "infinite", "number"}`` (23.02+).
 
-    Unset and infinite values are None; the caller decides what infinite means.
+    Unset and infinite values are None (a bare JSON ``Infinity`` or ``NaN`` too, as Python's
+    ``json`` reads them); the caller decides what infinite means.
     """
     if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, int | float):
         return value
@@ -190,15 +195,39 @@ def json_number(value: Any) -> float | None:
         return json_number(value.get("number"))
     if isinstance(value, str):
         try:
-            return float(value)
+            n = float(value)
         except ValueError:
             return None
+        return n if math.isfinite(n) else None
     return None
 
 
-def json_int(value: Any) -> int | None:
+def json_int(value: Any, what: str = "") -> int | None:
+    """:func:`json_number` as an int; with ``what``, a present value that is not a finite
+    number (``Infinity``, ``NaN``, a list...) is a :class:`ParseError` naming it."""
     n = json_number(value)
+    if n is None and what and value is not None and not _unset(value):
+        raise ParseError(f"{what}: expected a number, got {snippet(repr(value))}")
     return None if n is None else int(n)
+
+
+def _unset(value: Any) -> bool:
+    """Slurm's own "no value": an unset or infinite ``{"set", "infinite", "number"}``."""
+    return isinstance(value, Mapping) and (
+        bool(value.get("infinite")) or not value.get("set", True)
+    )
+
+
+@contextmanager
+def field_errors(where: str) -> Iterator[None]:
+    """Turn a raw exception from reading one record (a wrong-typed or out-of-range field)
+    into a :class:`ParseError` naming the record: no raw exception type leaves a parser."""
+    try:
+        yield
+    except ParseError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
+        raise ParseError(f"{where}: unreadable value ({type(e).__name__}: {e})") from None
 
 
 def json_infinite(value: Any) -> bool:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord, NodeRecord
-from federation.parsing.common import RowWarnings, as_text, clean, snippet
+from federation.parsing.common import RowWarnings, as_text, clean, field_errors, snippet
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts
 from federation.parsing.states import parse_job_state, parse_node_state
@@ -336,11 +336,58 @@ def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -
     """
     notes = RowWarnings()
     out: list[NodeRecord] = []
-    numbered = _numbered_records(as_text(text, "scontrol show node", notes))
+    raw = as_text(text, "scontrol show node", notes)
+    numbered = _numbered_records(raw)
+    if numbered and raw.strip() and not raw.endswith("\n"):
+        _drop_cut_value(raw, numbered[-1][1], notes)
     for n, (line, rec) in enumerate(numbered, start=1):
         where = f"scontrol show node record {n} (line {line})"
         if "NodeName" not in rec:
             raise ParseError(f"{where}: no NodeName= key")
-        out.extend(nodes_from_record(rec, where, notes))
+        for key in _ONE_WORD_NODE_KEYS:
+            value = rec.get(key)
+            if value is not None and len(value.split()) > 1:
+                first, rest = value.split(None, 1)
+                notes.add(
+                    f"{key} stray words",
+                    f"{where}: {key}={snippet(value)} has stray words {snippet(rest)}; "
+                    f"read as {first!r}",
+                )
+                rec[key] = first
+        with field_errors(where):
+            out.extend(nodes_from_record(rec, where, notes))
     notes.into(warnings)
     return out
+
+
+_ONE_WORD_NODE_KEYS = (
+    "NodeName",
+    "State",
+    "Partitions",
+    "CPUTot",
+    "CPUAlloc",
+    "RealMemory",
+    "AllocMem",
+    "Gres",
+    "GresUsed",
+    "AllocTRES",
+    "CfgTRES",
+)
+"""Node fields whose value is one word: further words before the next key are damage."""
+
+
+def _drop_cut_value(raw: str, last: dict[str, str], notes: RowWarnings) -> None:
+    """Output that stops mid-line (no final newline) was cut: its last value may be cut
+    short (``Partitions=cpu,deb``), so it is dropped with a warning, not read at its word."""
+    line_no = raw.count("\n") + 1
+    toks = _tokens(raw.rsplit("\n", 1)[-1])
+    if not toks:
+        return
+    key, value = toks[-1]
+    if last.get(key) == value:
+        del last[key]
+        notes.add(
+            "cut",
+            f"scontrol show node line {line_no}: output ends mid-line (cut?); its last "
+            f"value {key}={snippet(value)} is not trusted and dropped",
+        )

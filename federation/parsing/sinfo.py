@@ -26,6 +26,7 @@ from federation.core.snapshot import NodeRecord
 from federation.parsing.common import (
     RowWarnings,
     clean,
+    field_errors,
     json_int,
     json_str,
     load_json,
@@ -275,12 +276,14 @@ def parse_sinfo_json(
         for i, rec in enumerate(data["sinfo"]):
             if not isinstance(rec, Mapping):
                 raise ParseError(f"sinfo JSON sinfo[{i}]: expected an object")
-            out.extend(_grouped_records(rec, i, notes))
+            with field_errors(f"sinfo JSON sinfo[{i}]"):
+                out.extend(_grouped_records(rec, i, notes))
     elif isinstance(data.get("nodes"), list):
         for i, node in enumerate(data["nodes"]):
             if not isinstance(node, Mapping):
                 raise ParseError(f"sinfo JSON nodes[{i}]: expected an object")
-            out.extend(_per_node_record(node, i, notes))
+            with field_errors(f"sinfo JSON nodes[{i}] ({snippet(str(node.get('name')))})"):
+                out.extend(_per_node_record(node, i, notes))
     else:
         raise ParseError(
             f"sinfo JSON: neither a 'sinfo' nor a 'nodes' list (keys: {sorted(data)[:10]})"

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import json_int, json_number, json_objects, json_str
+from federation.parsing.common import field_errors, json_int, json_number, json_objects, json_str
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import _NO_NODES, _gpus
 from federation.parsing.states import parse_job_state
@@ -100,4 +100,9 @@ def parse_squeue_json(
 ) -> list[JobRecord]:
     """``squeue --json`` (any version) -> JobRecords (times in UTC from epoch seconds)."""
     jobs = json_objects(source, "squeue JSON")
-    return [_json_job(j, f"squeue JSON jobs[{i}]") for i, j in enumerate(jobs)]
+    out: list[JobRecord] = []
+    for i, j in enumerate(jobs):
+        where = f"squeue JSON jobs[{i}]"
+        with field_errors(where):
+            out.append(_json_job(j, where))
+    return out

@@ -8,13 +8,22 @@ turns them into the :class:`~federation.core.snapshot.AllocationScope` of one ac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import AllocationScope
-from federation.parsing.common import clean, json_int, json_number, json_str, load_json, snippet
+from federation.parsing.common import (
+    clean,
+    field_errors,
+    json_int,
+    json_number,
+    json_str,
+    load_json,
+    snippet,
+)
 
 SSHARE_FIELDS: tuple[str, ...] = (
     "Account",
@@ -55,41 +64,49 @@ class ShareRecord:
 def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareRecord]:
     """``sshare --json`` (data_parser v0.0.40+) -> records in the order Slurm prints them."""
     data = load_json(source, "sshare JSON")
+    if data.get("errors"):
+        raise ParseError(f"sshare JSON reports errors: {snippet(str(data['errors']), 200)}")
     block = data.get("shares")
     rows = block.get("shares") if isinstance(block, Mapping) else None
     if not isinstance(rows, list):
         raise ParseError(f"sshare JSON: no shares.shares list (keys: {sorted(data)[:10]})")
     out: list[ShareRecord] = []
     for i, s in enumerate(rows):
+        where = f"sshare JSON shares[{i}]"
         if not isinstance(s, Mapping):
-            raise ParseError(f"sshare JSON shares[{i}]: expected an object")
-        name = json_str(s.get("name"))
-        if name is None:
-            raise ParseError(f"sshare JSON shares[{i}]: no name")
-        kinds = s.get("type")
-        kind = (kinds[0] if isinstance(kinds, list) and kinds else str(kinds or "")).lower()
-        fs = s.get("fairshare") if isinstance(s.get("fairshare"), Mapping) else {}
-        assert isinstance(fs, Mapping)
-        tres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
-        assert isinstance(tres, Mapping)
-        out.append(
-            ShareRecord(
-                name=name,
-                kind=kind,
-                parent=json_str(s.get("parent")),
-                cluster=json_str(s.get("cluster")),
-                partition=json_str(s.get("partition")),
-                shares=json_int(s.get("shares")),
-                shares_normalized=json_number(s.get("shares_normalized")),
-                usage=json_int(s.get("usage")),
-                usage_normalized=json_number(s.get("usage_normalized")),
-                effective_usage=json_number(s.get("effective_usage")),
-                fairshare_factor=json_number(fs.get("factor")),
-                fairshare_level=json_number(fs.get("level")),
-                grp_cpu_minutes=_json_tres_cpu(tres.get("group_minutes")),
-            )
-        )
+            raise ParseError(f"{where}: expected an object")
+        with field_errors(where):
+            out.append(_json_share(s, where))
     return out
+
+
+def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
+    name = json_str(s.get("name"))
+    if name is None:
+        raise ParseError(f"{where}: no name")
+    kinds = s.get("type")
+    kind = str(kinds[0] if isinstance(kinds, list) and kinds else kinds or "").lower()
+    if kind not in ("user", "association", ""):
+        raise ParseError(f"{where} ({name}): type {snippet(str(kinds))} is not USER/ASSOCIATION")
+    fs = s.get("fairshare") if isinstance(s.get("fairshare"), Mapping) else {}
+    assert isinstance(fs, Mapping)
+    tres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
+    assert isinstance(tres, Mapping)
+    return ShareRecord(
+        name=name,
+        kind=kind,
+        parent=json_str(s.get("parent")),
+        cluster=json_str(s.get("cluster")),
+        partition=json_str(s.get("partition")),
+        shares=json_int(s.get("shares"), f"{where} shares"),
+        shares_normalized=json_number(s.get("shares_normalized")),
+        usage=json_int(s.get("usage"), f"{where} usage"),
+        usage_normalized=json_number(s.get("usage_normalized")),
+        effective_usage=json_number(s.get("effective_usage")),
+        fairshare_factor=json_number(fs.get("factor")),
+        fairshare_level=json_number(fs.get("level")),
+        grp_cpu_minutes=_json_tres_cpu(tres.get("group_minutes")),
+    )
 
 
 def _json_tres_cpu(entries: Any) -> int | None:
@@ -109,6 +126,14 @@ def _float(value: str, what: str) -> float | None:
         return float(v)
     except ValueError:
         raise ParseError(f"{what}: expected a number, got {snippet(value)}") from None
+
+
+def _whole(value: float | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ParseError(f"{what}: expected a count, got {value}")
+    return int(value)
 
 
 def _tres_cpu(value: str) -> int | None:
@@ -152,16 +177,18 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
         if account is None:
             raise ParseError(f"{where}: no account: {snippet(line)}")
         user = clean(col("User"))
-        raw = _float(col("RawShares"), f"{where} RawShares")
+        # "parent": the association takes its parent's share (fairshare=parent)
+        raw_shares = col("RawShares")
+        raw = None if raw_shares.strip() == "parent" else _float(raw_shares, f"{where} RawShares")
         usage = _float(col("RawUsage"), f"{where} RawUsage")
         out.append(
             ShareRecord(
                 name=user or account,
                 kind="user" if user else "association",
                 parent=account if user else None,
-                shares=None if raw is None else int(raw),
+                shares=_whole(raw, f"{where} RawShares"),
                 shares_normalized=_float(col("NormShares"), f"{where} NormShares"),
-                usage=None if usage is None else int(usage),
+                usage=_whole(usage, f"{where} RawUsage"),
                 usage_normalized=_float(col("NormUsage"), f"{where} NormUsage"),
                 effective_usage=_float(col("EffectvUsage"), f"{where} EffectvUsage"),
                 fairshare_factor=_float(col("FairShare"), f"{where} FairShare"),

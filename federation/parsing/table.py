@@ -295,6 +295,29 @@ class _Layout:
         return [v.decode(errors="replace").strip() for v in values]
 
 
+_COLUMN_SHAPES: dict[str, tuple[re.Pattern[str], str]] = {
+    "JOBID": (re.compile(r"\d+(?:[_+][\w\[\]%,-]*)?"), "a job id"),
+    "ST": (
+        re.compile(r"BF|CA|CD|CF|CG|DL|F|NF|OOM|PD|PR|R|RD|RF|RH|RQ|RS|RV|S|SE|SI|SO|ST|TO"),
+        "a state code",
+    ),
+    # (squeue cuts a long time to the column's width: "16-20:52:5")
+    "TIME": (re.compile(r"(?:\d+-)?\d+(?::\d*){0,2}|INVALID|NOT_SET|UNLIMITED"), "a time"),
+    "NODES": (re.compile(r"\d+"), "a node count"),
+}
+"""What a squeue column holds, for the columns whose values have a fixed shape."""
+
+
+def _misfit(cols: Sequence[str], values: Sequence[str]) -> str | None:
+    """The first value that is not what its column holds ("field ST 'alice' is not a state
+    code"), or None."""
+    for col, value in zip(cols, values, strict=False):
+        shape = _COLUMN_SHAPES.get(col)
+        if shape is not None and not shape[0].fullmatch(value):
+            return f"field {col} {snippet(value)} is not {shape[1]}"
+    return None
+
+
 def _is_header(first: str, cols: list[str], layout: _Layout | None) -> bool:
     up = first.upper()
     if cols[0] in up and all(c.split("(")[0] in up for c in cols[:3]):
@@ -363,6 +386,12 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
             values = rest.split(None, n - 1)
             if len(values) != n:
                 values = None
+            elif layout is not None and (bad := _misfit(cols, values)) is not None:
+                # it does not fit the columns, and split at spaces a field is not what its
+                # column holds (a stray word shifts the rest): not a row to guess at
+                table.skip(line_no, f"does not fit the column layout; split at spaces, {bad}", line)
+                first_bad = first_bad or (line_no, line)
+                continue
         elif values is None:
             values = []
             for sep in inner:

@@ -124,6 +124,9 @@ class GroupManager:
         self.coord = coordinator
         self._lock = threading.Lock()
         self.groups: dict[str, GroupHandle] = {}
+        """Open groups (and, without a store, every group)."""
+        self.released = 0
+        """How many ended groups left memory."""
 
     def submit(
         self,
@@ -429,14 +432,12 @@ class GroupManager:
         for row in store.groups():
             if row["id"] in self.groups:
                 continue
+            self.coord.events.set_owner(row["id"], row.get("owner") or LOCAL_CALLER)
+            if row["id"] in announced:  # ended: stays in the store (get reads it back)
+                continue
             g = self._from_row(row, self.coord.task)
-            self.coord.events.set_owner(g.id, g.caller)
             with self._lock:
                 self.groups[g.id] = g
-            if g.id in announced:
-                g._ending = True
-                g._done.set()
-                continue
             for child in g.children:
                 if not child.attempts:
                     self.coord.events.emit(
@@ -532,6 +533,11 @@ class GroupManager:
             "group.round_terminal", g.id, None, state=g.state(), replacements=len(g.replacements)
         )
         g._done.set()
+        if self.coord.store is not None:  # ended: read back from the store (get), not kept
+            with self._lock:
+                if self.groups.get(g.id) is g:
+                    del self.groups[g.id]
+                    self.released += 1
 
     @staticmethod
     def _from_row(row: dict[str, Any], find: Callable[[str], TaskHandle | None]) -> GroupHandle:
@@ -551,8 +557,18 @@ class GroupManager:
         )
 
     def get(self, group_id: str) -> GroupHandle:
-        """A group by id (also one re-attached after a restart)."""
-        g = self.groups.get(group_id)
-        if g is None:
+        """A group by id: an open one from memory, an ended one (or an earlier
+        coordinator's) read back from the store."""
+        with self._lock:
+            g = self.groups.get(group_id)
+        if g is not None:
+            return g
+        store = self.coord.store
+        row = store.group(group_id) if store is not None else None
+        if row is None:
             raise KeyError(f"unknown group {group_id!r}; use the id submit_group returned")
+        g = self._from_row(row, self.coord.task)
+        if row["state"] == "terminal":
+            g._ending = True
+            g._done.set()
         return g

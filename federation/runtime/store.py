@@ -422,6 +422,13 @@ class Store:
             sql = f"INSERT OR REPLACE INTO groups ({cols}) VALUES ({marks})"
             db.execute(sql, tuple(row.values()))
 
+    def group(self, group_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM groups WHERE id = ?", (group_id,))
+            names = [d[0] for d in cur.description]
+            row = cur.fetchone()
+            return None if row is None else dict(zip(names, row, strict=True))
+
     def groups(self) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute("SELECT * FROM groups ORDER BY created_at")

@@ -127,6 +127,9 @@ class TransferManager:
         self.bus = bus
         self._lock = threading.Lock()
         self._handles: dict[str, TransferHandle] = {}
+        """Open transfers (and, without a store, every transfer)."""
+        self.released = 0
+        """How many finished transfers left memory."""
 
     # --- which backend --------------------------------------------------------------------------
     def _all_backends(self) -> dict[str, TransferBackend]:
@@ -195,10 +198,12 @@ class TransferManager:
         h = _handle_from_row(rows[0], self.bus)
         if h.state in TERMINAL_STATES:
             h._done.set()
+            return h  # finished: read from the store each time, not kept
         with self._lock:
             return self._handles.setdefault(h.id, h)
 
     def handles(self) -> list[TransferHandle]:
+        """The transfers in memory: open ones (and, without a store, every one)."""
         with self._lock:
             return list(self._handles.values())
 
@@ -320,6 +325,17 @@ class TransferManager:
                 self._emit("transfer.progress", h, **_progress(h), note=st.note)
         if st.state in TERMINAL_STATES:
             h._done.set()
+            self._release(h)
+
+    def _release(self, h: TransferHandle) -> None:
+        """A finished transfer leaves memory once the store has it (:meth:`get` reads it
+        back), as a finished task does: a long-running coordinator does not grow with them."""
+        if self.store is None:
+            return
+        with self._lock:
+            if self._handles.get(h.id) is h:
+                del self._handles[h.id]
+                self.released += 1
 
     @staticmethod
     def _apply(h: TransferHandle, st: TransferStatus) -> None:

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -45,6 +46,10 @@ class _ThrottleAsInfo(logging.Filter):
 
 
 logging.getLogger("globus_compute_sdk.sdk.executor").addFilter(_ThrottleAsInfo())
+
+_RELOADED: dict[str, weakref.WeakValueDictionary[str, Future[Any]]] = {}
+"""Per task group, the futures any site's reload made (see :meth:`ComputeSite.reattach`)."""
+_RELOADED_LOCK = threading.Lock()
 
 ONLINE_TTL_S = 10.0
 """How long the service's "online" answer for an endpoint stands before a probe asks again."""
@@ -245,6 +250,10 @@ class ComputeSite:
         if self._adopter is not None:
             for tid in task_ids:
                 self._adopter(tid)
+        with _RELOADED_LOCK:  # another site's reload of the shared group has them already
+            known = _RELOADED.get(str(self.task_group_id))
+            if known is not None and task_ids and all(tid in known for tid in task_ids):
+                return {tid: known[tid] for tid in task_ids}
         ex = self._factory(self.endpoint_id, self.client, {"profile": "probe"}, self.task_group_id)
         with self._lock:  # its result watcher serves the reloaded futures until close()
             self._reloaders.append(ex)
@@ -252,7 +261,13 @@ class ComputeSite:
             futs = {str(f.task_id): f for f in ex.reload_tasks()}
         finally:
             ex.shutdown(wait=False)  # no more submissions; the watcher carries on
-        return {tid: futs[tid] for tid in task_ids if tid in futs}
+        # The task group is the coordinator's, shared by its sites: a reload returns every
+        # site's tasks, and skips those an earlier reload left watched. So what one site
+        # reloaded is kept for the others (until its future is let go).
+        with _RELOADED_LOCK:
+            shared = _RELOADED.setdefault(str(self.task_group_id), weakref.WeakValueDictionary())
+            shared.update(futs)
+            return {tid: shared[tid] for tid in task_ids if tid in shared}
 
     def task_group_ids(self) -> list[str]:
         """The Globus Compute ids of every task the web service holds in this coordinator's

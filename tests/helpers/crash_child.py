@@ -1,10 +1,13 @@
 """A coordinator process that submits tasks, reports their ids, and waits to be killed.
 
     crash_child.py HOME WORK_S[,WORK_S...] [group]
+    crash_child.py HOME WORK_S[,WORK_S...] shell SITE[,SITE...] OUT_DIR
 
 Prints ``SUBMITTED <task id>...`` (one task per work duration, on the ``local`` site) and,
 with ``group``, submits them as the children ``c1, c2, ...`` of one group and prints
-``GROUP <group id>`` on the next line.
+``GROUP <group id>`` on the next line. With ``shell``, task i is a shell task on the i-th
+of the SITEs (round robin) that appends its ``$SLURM_JOB_ID`` to ``OUT_DIR/<i>`` and then
+sleeps its work duration: a file with two lines is a task that ran twice.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 
 from federation.core.envelope import ResourceEnvelope
-from federation.core.tasks import PythonTask
+from federation.core.tasks import PythonTask, ShellTask
 from federation.deploy.local import LocalSites
 from functions.workloads import report_allocation
 
@@ -25,6 +28,17 @@ def main() -> None:
     as_group = len(sys.argv) > 3 and sys.argv[3] == "group"
     local = LocalSites(home=home)
     coord = local.connect(durable=True, telemetry=False)
+    if len(sys.argv) > 3 and sys.argv[3] == "shell":
+        sites, out = sys.argv[4].split(","), Path(sys.argv[5])
+        ids = []
+        for i, w in enumerate(work):
+            site = sites[i % len(sites)]
+            env = ResourceEnvelope(sites=(site,), cpus_min=1, mem_gb_min=1, walltime_s=600)
+            cmd = f'echo "$SLURM_JOB_ID" >> {out / str(i)}; sleep {w}; echo ran-{i}'
+            ids.append(coord.submit_task(ShellTask(command=cmd), env).id)
+        print("SUBMITTED " + " ".join(ids), flush=True)
+        time.sleep(3600)
+        return
     env = ResourceEnvelope(sites=("local",), cpus_min=1, mem_gb_min=1, walltime_s=600)
     if as_group:
         g = coord.submit_group(

@@ -40,7 +40,6 @@ from federation.interfaces.service.models import (
     SubmitResponse,
     TaskRequest,
     TaskStatus,
-    TransferLike,
     TransferRequest,
     TransferResponse,
     TransferView,
@@ -56,7 +55,6 @@ from federation.interfaces.service.translate import translate
 from federation.placement.drafting import EnvelopeDraft, validate
 from federation.runtime.catalog import Catalog, CatalogError, FunctionInfo, default_catalog
 from federation.runtime.coordinator import Coordinator
-from federation.runtime.groups import GroupHandle
 from federation.runtime.handles import TaskHandle
 from federation.security.audit import RecordKind
 from federation.security.policy import LOCAL_CALLER
@@ -138,8 +136,6 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         self._limiter = anyio.CapacityLimiter(max_waiters)
         self._max_waiters = max_waiters
         self._lock = threading.Lock()
-        self._groups: dict[str, GroupHandle] = {}
-        self._transfers: dict[str, TransferLike] = {}
 
     # --- reads --------------------------------------------------------------------------------
     def inspect(self, refresh: bool = False) -> FederationSnapshot:

@@ -15,7 +15,6 @@ from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import EVENT_KINDS, EventsPage
 from federation.interfaces.service.ownership import Ownership
 from federation.runtime.coordinator import Coordinator
-from federation.runtime.groups import GroupHandle
 
 __all__ = ["WAIT_SLICE_S", "EventOps", "parse_kinds"]
 
@@ -34,7 +33,6 @@ class EventOps:
     _lock: threading.Lock
     _limiter: anyio.CapacityLimiter
     _max_waiters: int
-    _groups: dict[str, GroupHandle]
 
     def expand_ids(self, ids: set[str] | None) -> set[str] | None:
         """A group id stands for the group and every attempt of every child (so far)."""
@@ -43,12 +41,10 @@ class EventOps:
         out = set(ids)
         groups = []
         for i in ids:
-            with self._lock:
-                g = self._groups.get(i)
-            if g is None:
-                g = self.coord.groups.groups.get(i)  # re-attached after a restart
-            if g is not None:
-                groups.append(g)
+            try:  # in memory while open, else read back from the store
+                groups.append(self.coord.groups.get(i))
+            except KeyError:
+                continue
         for g in groups:
             for child in list(g.children):
                 out.update(a.id for a in list(child.attempts))

@@ -39,7 +39,6 @@ class GroupOps:
     owners: Ownership
     cache: SnapshotCache
     _lock: threading.Lock
-    _groups: dict[str, GroupHandle]
 
     def task_spec(self, req: TaskRequest) -> TaskSpec:
         raise NotImplementedError
@@ -101,8 +100,6 @@ class GroupOps:
             ) from e
         except Exception as e:
             raise translate(e) from e
-        with self._lock:
-            self._groups[g.id] = g
         logger.info(
             "group %s (%d children) from %s placed on %s",
             g.id,
@@ -137,13 +134,10 @@ class GroupOps:
             raise translate(e) from e
 
     def group_handle(self, group_id: str, caller: str = "", action: str = "read") -> GroupHandle:
-        with self._lock:
-            g = self._groups.get(group_id)
-        if g is None:  # one of an earlier coordinator's, re-attached by recover()
-            try:
-                g = self.coord.groups.get(group_id)
-            except KeyError:
-                g = None
+        try:  # in memory while open; a finished one (or an earlier coordinator's) from the store
+            g: GroupHandle | None = self.coord.groups.get(group_id)
+        except KeyError:
+            g = None
         if g is None or not self.owners.visible(
             self.owners.who(caller), "group", g.id, g.caller, action
         ):

@@ -52,7 +52,6 @@ class TransferOps:
     coord: Coordinator
     owners: Ownership
     _lock: threading.Lock
-    _transfers: dict[str, TransferLike]
 
     def _mover(self) -> _Mover:
         if not callable(getattr(self.coord, "move_data", None)):
@@ -91,8 +90,6 @@ class TransferOps:
             )
         except Exception as e:
             raise translate(e) from e
-        with self._lock:
-            self._transfers[h.id] = h
         logger.info(
             "transfer %s from %s: %s -> %s",
             h.id,
@@ -105,13 +102,10 @@ class TransferOps:
     def transfer_handle(
         self, transfer_id: str, caller: str = "", action: str = "read"
     ) -> TransferLike:
-        with self._lock:
-            h = self._transfers.get(transfer_id)
-        if h is None:
-            try:
-                h = self._mover().get_transfer(transfer_id)
-            except (KeyError, FederationError, ValueError) as e:
-                raise not_found("transfer", transfer_id) from e
+        try:  # the coordinator's: in memory while open, a finished one from its store
+            h = self._mover().get_transfer(transfer_id)
+        except (KeyError, FederationError, ValueError) as e:
+            raise not_found("transfer", transfer_id) from e
         if not self.owners.visible(self.owners.who(caller), "transfer", h.id, h.owner, action):
             raise not_found("transfer", transfer_id)
         return h
