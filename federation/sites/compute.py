@@ -51,6 +51,13 @@ _RELOADED: dict[str, weakref.WeakValueDictionary[str, Future[Any]]] = {}
 """Per task group, the futures any site's reload made (see :meth:`ComputeSite.reattach`)."""
 _RELOADED_LOCK = threading.Lock()
 
+
+def _live(fut: Future[Any] | None) -> bool:
+    """A reloaded future still worth handing out: not one whose watcher stopped (a closed
+    coordinator's, ended with an error) - a later reload makes a fresh one."""
+    return fut is not None and not (fut.done() and (fut.cancelled() or fut.exception() is not None))
+
+
 ONLINE_TTL_S = 10.0
 """How long the service's "online" answer for an endpoint stands before a probe asks again."""
 
@@ -252,7 +259,7 @@ class ComputeSite:
                 self._adopter(tid)
         with _RELOADED_LOCK:  # another site's reload of the shared group has them already
             known = _RELOADED.get(str(self.task_group_id))
-            if known is not None and task_ids and all(tid in known for tid in task_ids):
+            if known is not None and task_ids and all(_live(known.get(t)) for t in task_ids):
                 return {tid: known[tid] for tid in task_ids}
         ex = self._factory(self.endpoint_id, self.client, {"profile": "probe"}, self.task_group_id)
         with self._lock:  # its result watcher serves the reloaded futures until close()
@@ -267,7 +274,7 @@ class ComputeSite:
         with _RELOADED_LOCK:
             shared = _RELOADED.setdefault(str(self.task_group_id), weakref.WeakValueDictionary())
             shared.update(futs)
-            return {tid: shared[tid] for tid in task_ids if tid in shared}
+            return {tid: shared[tid] for tid in task_ids if _live(shared.get(tid))}
 
     def task_group_ids(self) -> list[str]:
         """The Globus Compute ids of every task the web service holds in this coordinator's
@@ -288,6 +295,8 @@ class ComputeSite:
         return self._canceller is not None
 
     def close(self) -> None:
+        with _RELOADED_LOCK:  # its watchers stop: what they would have served goes too
+            _RELOADED.pop(str(self.task_group_id), None)
         with self._lock:
             executors = [*self._executors.values(), *self._reloaders]
             self._executors.clear()
