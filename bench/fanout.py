@@ -16,8 +16,10 @@ limits as it ships them and the stand-in service's request rate limit on. Scenar
   processes per site at most (shapes + 1 for the probe).
 * ``hedged``: Delta's CPU nodes full (filler jobs), 12 tasks ``sleep 2`` placed on Delta
   first with a hedged copy on ``local`` (a policy that prefers Delta whatever its queue):
-  every task is won by its ``local`` copy, and the Delta copies are withdrawn; ``sacct`` on
-  Delta then lists every batch job since the start, and none of ours may have started.
+  every task is won by its ``local`` copy, and the Delta copies are withdrawn. Then Delta
+  frees up (the fillers cancelled, 45 s waited): ``sacct`` lists every batch job of ours
+  since the start, none of which may have started, and each task's own file shows how
+  often it ran (twice: a copy whose withdrawal did not hold).
 * ``sleep8`` and ``tiny30``: the issue's own tables (8 tasks ``sleep 10`` and 30 tasks
   ``echo`` on ``local``), ``submit_task`` called as a new user would, without a snapshot.
 
@@ -240,8 +242,15 @@ def run_hedged(local: Any, scratch: Path, timeout_s: float, n: int = 12) -> dict
     tally = Tally()
     try:
         t0 = time.perf_counter()
-        handles = [
-            coord.submit_task(ShellTask(command="sleep 2"), env, on_event=tally) for _ in range(n)
+        marks = scratch / "ran"
+        marks.mkdir(exist_ok=True)
+        handles = [  # each run of task i adds a line to its own file: two lines, two runs
+            coord.submit_task(
+                ShellTask(command=f"echo $SLURM_CLUSTER_NAME >> {marks / str(i)}; sleep 2"),
+                env,
+                on_event=tally,
+            )
+            for i in range(n)
         ]
         deadline = time.monotonic() + timeout_s
         while tally.terminal < n and time.monotonic() < deadline:
@@ -253,12 +262,16 @@ def run_hedged(local: Any, scratch: Path, timeout_s: float, n: int = 12) -> dict
                 key = f"{c.site}:{c.state}"
                 copies[key] = copies.get(key, 0) + 1
         time.sleep(5)  # withdrawals of the last copies land
+        # then Delta frees up: a copy whose withdrawal did not hold would start now
+        local.slurm.run("delta", ["scancel", f"--name={FILL_TAG}"])
+        time.sleep(45)
         acct = local.slurm.run(
             "delta",
             ["sacct", "-X", "-a", "-n", "-P", "-S", since, "-o", "JobID,JobName,State,Start"],
         ).stdout
         ours = [ln.split("|") for ln in acct.splitlines() if ln and FILL_TAG not in ln]
         started = [r for r in ours if r[3] not in ("Unknown", "None", "")]
+        runs = [len(f.read_text().split()) for f in marks.iterdir()]
     finally:
         local.slurm.run("delta", ["scancel", f"--name={FILL_TAG}"])
         coord.close()
@@ -272,6 +285,7 @@ def run_hedged(local: Any, scratch: Path, timeout_s: float, n: int = 12) -> dict
         "won_at_local": sum(1 for h in handles if h.site == "local"),
         "delta_jobs": len(ours),
         "delta_jobs_started": len(started),
+        "ran_twice": sum(1 for r in runs if r > 1),
     }
 
 
@@ -348,7 +362,8 @@ def summary_table(out: dict[str, Any]) -> Table:
                 key,
                 f"{r['completed']}/{r['tasks']}",
                 f"{r['wall_s']:.1f}",
-                f"Delta jobs started: {r['delta_jobs_started']} of {r['delta_jobs']} (0)",
+                f"Delta jobs started: {r['delta_jobs_started']} of {r['delta_jobs']} (0); "
+                f"ran twice: {r.get('ran_twice', '?')} (0)",
                 "",
                 "",
                 "",
