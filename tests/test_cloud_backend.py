@@ -394,28 +394,33 @@ def test_service_refusals_become_clear_errors(
     assert submit_requests() == []
 
 
-def test_reattach_reloads_the_task_group(site: CloudSite, client: Client) -> None:
-    done, running = str(uuid.uuid4()), str(uuid.uuid4())
-    tg = str(site.task_group_id)
+def _task_group_answers(tg: uuid.UUID, results: dict[str, dict[str, Any]]) -> None:
+    """The service's answers to a reload: the task group lists ``results``' tasks, and
+    their batch status is ``results``."""
     responses.add(
         responses.GET,
         f"{COMPUTE}/v2/taskgroup/{tg}",
-        json={"taskgroup_id": tg, "tasks": [{"id": done}, {"id": running}]},
+        json={"taskgroup_id": str(tg), "tasks": [{"id": t} for t in results]},
     )
     responses.add(
         responses.POST,
         f"{COMPUTE}/v2/batch_status",
-        json={
-            "response": "batch",
-            "results": {
-                done: {
-                    "task_id": done,
-                    "status": "success",
-                    "result": client.fx_serializer.serialize(81),
-                    "completion_t": "1700000000.0",
-                },
-                running: {"task_id": running, "status": "running"},
+        json={"response": "batch", "results": results},
+    )
+
+
+def test_reattach_reloads_the_task_group(site: CloudSite, client: Client) -> None:
+    done, running = str(uuid.uuid4()), str(uuid.uuid4())
+    _task_group_answers(
+        site.task_group_id,
+        {
+            done: {
+                "task_id": done,
+                "status": "success",
+                "result": client.fx_serializer.serialize(81),
+                "completion_t": "1700000000.0",
             },
+            running: {"task_id": running, "status": "running"},
         },
     )
     futs = site.reattach([done, running])
@@ -442,23 +447,11 @@ def test_every_site_reattaches_its_tasks_from_the_one_task_group(
     )
     on_delta, on_vista = str(uuid.uuid4()), str(uuid.uuid4())
     tg = str(site.task_group_id)
-    responses.add(
-        responses.GET,
-        f"{COMPUTE}/v2/taskgroup/{tg}",
-        json={"taskgroup_id": tg, "tasks": [{"id": on_delta}, {"id": on_vista}]},
+    _task_group_answers(
+        site.task_group_id,
+        {t: {"task_id": t, "status": "running"} for t in (on_delta, on_vista)},
     )
     result = client.fx_serializer.serialize
-    responses.add(
-        responses.POST,
-        f"{COMPUTE}/v2/batch_status",
-        json={
-            "response": "batch",
-            "results": {
-                on_delta: {"task_id": on_delta, "status": "running"},
-                on_vista: {"task_id": on_vista, "status": "running"},
-            },
-        },
-    )
     try:
         assert set(site.reattach([on_delta])) == {on_delta}
         again = other.reattach([on_vista])  # still running: the first reload watches it

@@ -38,6 +38,27 @@ def test_store_keeps_events_and_continues_the_sequence(tmp_path: Path) -> None:
     assert Store(tmp_path / "c.db").task_group_id() == store.task_group_id()
 
 
+def _submit_then_kill(home: Path, path: str, args: list[str], after_s: float) -> list[str]:
+    """Run ``tests/helpers/crash_child.py HOME *args`` on ``path``; SIGKILL it ``after_s``
+    after it printed the ids of the tasks it submitted, which are returned."""
+    child = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "helpers" / "crash_child.py"), str(home), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("SUBMITTED "), line
+        time.sleep(after_s)
+        return line.split()[1:]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+
 @pytest.mark.crash
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_mid_run_then_restart_accounts_for_every_task(
@@ -49,23 +70,9 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
     db.unlink(missing_ok=True)
     for suffix in ("-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
-    # one quick task (done before the kill), two that are still running when it comes
-    child = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "helpers" / "crash_child.py"), str(home), "0.1,6,8"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.startswith("SUBMITTED "), line
-        ids = line.split()[1:]
-        time.sleep(4.0)  # let the first finish and the others start
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+    # one quick task (done before the kill), two that are still running when it comes;
+    # the kill 4 s after: the first finished and the others started
+    ids = _submit_then_kill(home, path, ["0.1,6,8"], after_s=4.0)
     local = LocalSites(home=home, path=path)  # the cloud path: the service remembers
     coord = local.connect(durable=True, telemetry=False)
     try:
@@ -112,26 +119,7 @@ def test_sigkill_with_tasks_on_three_sites_reattaches_every_site(
     out = tmp_path / "ran"
     out.mkdir()
     work = "3,3,3,20,20,20"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "helpers" / "crash_child.py"),
-            *(str(home), work, "shell", "local,delta,vista", str(out)),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path},
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.startswith("SUBMITTED "), line
-        ids = line.split()[1:]
-        time.sleep(delay_s)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+    ids = _submit_then_kill(home, path, [work, "shell", "local,delta,vista", str(out)], delay_s)
     local = LocalSites(home=home, path=path)
     coord = local.connect(durable=True, telemetry=False)
     try:

@@ -283,10 +283,11 @@ class CloudSite(ComputeSite):
         self._check_python(self.endpoint_info(), task)
         if self.jobs is not None and tag is None:
             tag = jobtags.new_tag()
+        uec = self.shape_config(shape)  # rendered once: its job_tag names the shape's jobs
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            fut = self.submit_tagged(task, shape, tag if self.jobs is not None else None)
+            fut = self.submit_tagged(task, shape, tag if self.jobs is not None else None, uec)
         if self.jobs is not None and tag is not None:
-            self.jobs.track(tag, fut, jobtags.shape_tag(self.shape_config(shape)))
+            self.jobs.track(tag, fut, uec["job_tag"])
         return fut
 
     def _run_shell(self, command: str) -> Future[Any]:

@@ -197,12 +197,14 @@ class ComputeSite:
         )
         return {**uec, "job_tag": jobtags.shape_tag(uec)}
 
-    def submit_tagged(self, task: TaskSpec, shape: Shape, tag: str | None) -> Future[Any]:
+    def submit_tagged(
+        self, task: TaskSpec, shape: Shape, tag: str | None, uec: dict[str, Any] | None = None
+    ) -> Future[Any]:
         """Ship ``task`` with its shape's config; with a ``tag``, the task first claims the
         tag on the site (:mod:`federation.sites.jobtags`), so its start can be read and a
         withdrawal can win the claim before it. The tag rides in the task's arguments,
         never in the config, which stays the shape's."""
-        ex = self.executor(self.shape_config(shape))
+        ex = self.executor(uec or self.shape_config(shape))  # ``uec``: the caller's, if any
         fn: Any
         args: tuple[Any, ...] = ()
         kwargs: dict[str, Any] = {}
