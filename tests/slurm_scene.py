@@ -74,6 +74,21 @@ def active_jobs(slurm: Any, site: str) -> list[str]:
     return out
 
 
+def held_blocks(slurm: Any, site: str) -> set[str]:
+    """Job ids of the ``fed.*`` blocks held on ``site`` now (withdrawn copies' blocks an
+    earlier test left: they never start, and go when their user endpoint process ends, or
+    stay if that process was killed). A test that checks its own jobs left the queue takes
+    these first and ignores them, and only them."""
+    res = slurm.run(site, ["squeue", "-h", "-o", "%i %j %T %r"])
+    assert res.returncode == 0, res.stderr
+    out = set()
+    for ln in res.stdout.splitlines():
+        parts = ln.split()
+        if parts[1:2] and parts[1].startswith("fed.") and parts[2:] == ["PENDING", "JobHeldUser"]:
+            out.add(parts[0])
+    return out
+
+
 def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0) -> None:
     """Wait until no job is queued or running on ``sites`` (but for held withdrawn copies);
     fail saying what is left."""

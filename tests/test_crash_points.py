@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_scene import until
+from slurm_scene import held_blocks, until
 
 from federation.deploy.local import LocalSites
 from federation.runtime.crashpoints import POINTS
@@ -56,9 +56,10 @@ def _word(out: str, word: str) -> str | None:
     return None
 
 
-def _ours(fed: Any) -> list[str]:
+def _ours(fed: Any, before: set[str]) -> list[str]:
+    """Delta's jobs but the scene's fillers and the held blocks earlier tests left."""
     out = fed.run("delta", ["squeue", "-h", "-o", "%i %j %T"]).stdout.splitlines()
-    return [j for j in out if j.strip() and "fed-crash-" not in j]
+    return [j for j in out if j.strip() and "fed-crash-" not in j and j.split()[0] not in before]
 
 
 def _release(fed: Any) -> None:
@@ -80,6 +81,7 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
     db = _fresh_store(home)
     runs = tmp_path / "runs"
     runs.mkdir()
+    earlier = held_blocks(local_federation, "delta")
     scenario = {"retry": "retry", "hedge.cancel": "hedge"}.get(point, "once")
     child = subprocess.run(
         [
@@ -137,7 +139,7 @@ def test_killed_at_a_point_then_restarted_runs_the_task_exactly_once(
         if scenario == "hedge":  # the losing copy's batch job left Delta's queue
             copies = {c["site"]: c["state"] for c in coord.store.task_copies(tid)}
             assert copies == {"delta": "cancelled", "local": "won"}, copies
-            until("the Delta copy's job is gone", lambda: not _ours(local_federation), 60)
+            until("the Delta copy's job is gone", lambda: not _ours(local_federation, earlier), 60)
     finally:
         coord.close()
         if local.service is not None:

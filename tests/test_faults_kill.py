@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_scene import fill_delta_cpu, wait_until_quiet
+from slurm_scene import fill_delta_cpu, held_blocks, wait_until_quiet
 
 from federation.deploy.local import LocalSites
 from federation.runtime.coordinator import Coordinator
@@ -76,6 +76,7 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
         # Delta's CPU nodes are full, with more waiting: the child placed there queues, and
         # the other sites are quiet, so it is the only child that waits
         wait_until_quiet(local.slurm, ("local", "vista", "delta"))
+        earlier = held_blocks(local.slurm, "delta")
         fill_delta_cpu(local.slurm, TAG)
         lines = _run_until_killed(
             [str(HELPERS / "crash_in_replace.py"), str(home), str(runs), point], timeout_s=420
@@ -130,8 +131,9 @@ def test_sigkill_during_a_group_replacement_loses_and_repeats_no_child(
         (moved_run,) = [ln for ln in runs.read_text().splitlines() if ln.startswith(moved)]
         assert moved_run.split()[1] == new.site
         # the cancelled placement left nothing behind in Delta's queue
-        q = local.slurm.run("delta", ["squeue", "-h", "-o", "%j %T"])
-        assert all(ln.startswith(TAG) for ln in q.stdout.splitlines() if ln.strip()), q.stdout
+        q = local.slurm.run("delta", ["squeue", "-h", "-o", "%i %j %T"])
+        left = [ln for ln in q.stdout.splitlines() if ln.strip() and ln.split()[0] not in earlier]
+        assert all(ln.split()[1] == TAG for ln in left), q.stdout
     finally:
         local.slurm.run("delta", ["scancel", f"--name={TAG}"])
         if coord is not None:

@@ -26,6 +26,7 @@ from slurm_scene import (
     BOTH_PATHS,
     active_jobs,
     fill_delta_cpu,
+    held_blocks,
     queued_jobs,
     until,
     wait_until_quiet,
@@ -36,7 +37,6 @@ from federation.core.errors import FederationError
 from federation.core.spec import SiteSpec, load_sites
 from federation.core.tasks import PythonTask
 from federation.deploy.local import LocalSites
-from federation.placement.candidates import Candidate
 from federation.placement.lateness import LateAdjusted
 from federation.placement.policies import Policy, Watch, get_policy
 from federation.runtime.coordinator import Coordinator
@@ -738,131 +738,90 @@ def _hold_local(slurm: Any) -> None:
 
 @pytest.mark.slurm
 @BOTH_PATHS
-def test_hedge_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
-    """Both paths withdraw the losing copy before it runs: the embedded one through the
-    offline service, the cloud one by winning the copy's claim and holding its shape's
-    pending block; no Slurm job starts for the withdrawn copy, and no test cancels one."""
+def test_hedged_fan_out_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
+    """Two tasks of one shape, each hedged on a full Delta and a held local site: once the
+    local copies win, both Delta copies are withdrawn on both paths by winning their claims
+    (they share one user endpoint process and its blocks there, so no process can be ended
+    for one of them), and their shape's pending blocks are held. When Delta frees up no
+    Slurm job of ours starts there: a withdrawn copy runs nothing, and no test cancels a
+    Slurm job by hand."""
     coord = local.connect(telemetry=False, probe_timeout_s=60, policy=_delta_first_hedge())
     slurm = local.slurm
+    n = 2
     try:
         wait_until_quiet(slurm, ("local", "delta"))
+        earlier = held_blocks(slurm, "delta")
         since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")  # the clusters' local time
         fill_delta_cpu(slurm, TAG)
         _hold_local(slurm)  # both copies queue: the race starts when the test says so
         env = ResourceEnvelope(sites=("delta", "local"), cpus_min=4, mem_gb_min=4, walltime_s=600)
-        h = coord.submit_task(PythonTask(report_allocation, (0.5,)), env)
-        first: Candidate = h.decision.chosen
-        assert first.site == "delta" and [c.site for c in h.decision.hedges] == ["local"]
-        # the Delta copy's batch job waits behind the fillers; then the local site frees up
-        until("the Delta copy's batch job is queued", lambda: _ours(slurm, "delta"), 120)
-        (delta_job,) = _ours(slurm, "delta")
-        until("the local copy's batch job is queued", lambda: _ours(slurm, "local"), 120)
-        assert [c.state for c in h.copies] == ["queued", "queued"] and not h.done
-        delta_tid = h.copies[0].compute_task_id
-        assert delta_tid is not None
+        hs = [coord.submit_task(PythonTask(report_allocation, (0.5,)), env) for _ in range(n)]
+        for h in hs:
+            assert h.decision.chosen.site == "delta"
+            assert [c.site for c in h.decision.hedges] == ["local"]
+        partition = hs[0].decision.chosen.partition
+        # the Delta copies' batch jobs wait behind the fillers; then the local site frees up
+        until("the Delta copies' batch jobs are queued", lambda: _ours(slurm, "delta"), 120)
+        until("the local copies' batch jobs are queued", lambda: _ours(slurm, "local"), 120)
+        assert all([c.state for c in h.copies] == ["queued", "queued"] for h in hs)
+        delta_tids = {h.copies[0].compute_task_id for h in hs}
+        assert None not in delta_tids
         slurm.run("local", ["scancel", f"--name={HOLD}"])
-        r = coord.get_result(h, timeout_s=240)
-        assert r.status == "completed", r.error
-        assert r.site == "local" and r.value["cluster"] == "local"
-        if local.path == "cloud":  # the start is read from its claim, possibly after the end
-            until("the winner's job id", lambda: coord.get_result(h).slurm_job_id, 30)
-            r = coord.get_result(h)
-        assert r.slurm_job_id is not None and r.value["slurm_job_id"] == r.slurm_job_id
-        events = coord.history(h.id)
-        assert [e.kind for e in events] == [
-            "task.queued",
-            "task.hedge_cancelled",
-            "task.started",
-            "task.completed",
-        ]
-        gone = events[1]
-        assert gone.site == "delta" and gone.detail["partition"] == first.partition
-        assert gone.detail["compute_task_id"] == delta_tid and gone.detail["cancelled"] is True
-        assert gone.detail["held_s"] > 0 and gone.detail["winner_site"] == "local"
-        assert events[2].site == "local" and events[3].site == "local"
-        assert {c["site"]: c["state"] for c in r.copies} == {"delta": "cancelled", "local": "won"}
-        if local.path == "embedded":
-            # the Delta copy's batch job left Delta's queue: only the fillers are left
-            until("the Delta copy's batch job is gone", lambda: not _ours(slurm, "delta"), 60)
-            assert all(TAG in j for j in active_jobs(slurm, "delta"))
-        else:
-            # the withdrawal won the copy's claim, and held its shape's pending block (named
-            # for the shape, not the task): it never starts, and the engine, seeing it
-            # pending, asks for no other
-            job_id, name = delta_job.split()[:2]
-            assert name.startswith("fed."), delta_job
-            jobs = coord.backends["delta"].jobs  # type: ignore[attr-defined]
-            until("the withdrawal won the claim", lambda: jobs.withdrawals["won"] == 1, 60)
-            assert jobs.withdrawals == {"won": 1, "lost": 0, "held_blocks": 1}
-            reason = slurm.run("delta", ["squeue", "-h", "-j", job_id, "-o", "%T %r"]).stdout
-            assert reason.split() == ["PENDING", "JobHeldUser"], reason
-            claims = Path.home() / ".federation-jobs" / "claims"
-            assert any(
-                f.read_text() == "withdrawn\n" and f.stat().st_mtime > time.time() - 600
-                for f in claims.iterdir()
-            )
-
-        # and Delta's accounting agrees: our batch job there was cancelled, never started
-        # (slurmctld hands job records to slurmdbd through a queue that lags under load, so
-        # wait for the record of the batch job seen queued above to reach the database)
-        def delta_acct() -> tuple[str, list[list[str]]]:
-            out, rows = "", {}
-            # every job since the test began, and the copy's own by id: a job held until it
-            # was cancelled never became eligible, so a time window alone leaves it out
-            for which in (("-S", since), ("-j", delta_job.split()[0])):
-                acct = slurm.run(
-                    "delta",
-                    [
-                        "sacct",
-                        *("-X", "-a", "-n", "-P", *which),
-                        *("-o", "JobID,JobName,State,Start,ElapsedRaw"),
-                    ],
-                )
-                assert acct.returncode == 0, acct.stderr
-                out += acct.stdout
-                for ln in acct.stdout.splitlines():
-                    if ln and TAG not in ln:
-                        rows[ln.split("|")[0]] = ln.split("|")
-            lines = list(rows.values())
-            done = [ln for ln in lines if not ln[2].startswith(("PENDING", "RUNNING"))]
-            return out, done if len(done) == len(lines) else []
-
-        if local.path == "cloud":
-            # the held block never started (sacct: still pending, no start); it is cancelled
-            # when its user endpoint process ends (idle_heartbeats_hard), not waited for here
-            acct = slurm.run(
-                "delta",
-                ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Start"],
-            )
-            assert acct.stdout.split("|")[1:] == ["PENDING", "Unknown\n"], acct.stdout
-            # and no other batch job was submitted on Delta for it (none is started after a
-            # withdrawal: the engine sees its block pending)
-            since_then = slurm.run(
-                "delta", ["sacct", "-X", "-a", "-n", "-P", "-S", since, "-o", "JobID,JobName"]
-            )
-            others = [ln for ln in since_then.stdout.splitlines() if ln and TAG not in ln]
-            # (a held job never became eligible: the time window may leave it out itself)
-            assert {ln.split("|")[0] for ln in others} <= {job_id}, since_then.stdout
-        else:
-            until("Delta's accounting records the cancelled copy", lambda: delta_acct()[1], 240)
-            text, ours = delta_acct()
-            # never ran: cancelled with no start, or (when the cancel lands in the second the
-            # controller records, as slurmctld 22 does here under load) a start equal to its
-            # end
-            cancelled = [
-                row
-                for row in ours
-                if row[2].startswith("CANCELLED")
-                and (row[3] in ("None", "Unknown") or row[4] == "0")
+        for h in hs:
+            r = coord.get_result(h, timeout_s=240)
+            assert r.status == "completed", r.error
+            assert r.site == "local" and r.value["cluster"] == "local"
+            if local.path == "cloud":  # the start is read from its claim, maybe after the end
+                until("the winner's job id", lambda h=h: coord.get_result(h).slurm_job_id, 30)
+                r = coord.get_result(h)
+            assert r.slurm_job_id is not None and r.value["slurm_job_id"] == r.slurm_job_id
+            events = coord.history(h.id)
+            kinds = [e.kind for e in events]
+            assert kinds == [
+                "task.queued",
+                "task.hedge_cancelled",
+                "task.started",
+                "task.completed",
             ]
-            # the site's own 'cancelled' result for that copy arrives, and changes nothing
-            loser = h.copies[0].future
-            assert loser is not None
-            assert loser.exception(timeout=30) is not None
-            # the copy's batch job never started, and no other job started for it
-            assert cancelled and len(cancelled) == len(ours), text
-        assert coord.get_result(h, timeout_s=1).site == "local"
-        assert Counter(e.kind for e in coord.history(h.id)) == Counter(e.kind for e in events)
+            gone = events[1]
+            assert gone.site == "delta" and gone.detail["partition"] == partition
+            assert gone.detail["compute_task_id"] in delta_tids
+            assert gone.detail["cancelled"] is True and gone.detail["winner_site"] == "local"
+            assert {c["site"]: c["state"] for c in r.copies} == {
+                "delta": "cancelled",
+                "local": "won",
+            }
+        # each withdrawal won its copy's claim and held the shape's pending blocks beyond the
+        # work still waiting (named for the shape, not the task): none starts, and the
+        # engine, seeing them pending, asks for no other
+        jobs = coord.backends["delta"].jobs  # type: ignore[attr-defined]
+        until("the withdrawals won the claims", lambda: jobs.withdrawals["won"] == n, 60)
+        assert jobs.withdrawals["lost"] == 0 and jobs.withdrawals["held_blocks"] >= 1
+        mine = held_blocks(slurm, "delta") - earlier
+        assert mine and not _ours(slurm, "delta"), queued_jobs(slurm, "delta")
+        claims = Path.home() / ".federation-jobs" / "claims"
+        recent = [
+            f
+            for f in claims.iterdir()
+            if f.read_text() == "withdrawn\n" and f.stat().st_mtime > time.time() - 600
+        ]
+        assert len(recent) >= n
+        # Delta frees up: the held blocks stay held, no batch job of ours starts there
+        slurm.run("delta", ["scancel", f"--name={TAG}"])
+        time.sleep(15)  # three of the engines' scaling rounds (5 s)
+        assert held_blocks(slurm, "delta") - earlier == mine
+        acct = slurm.run(
+            "delta",
+            ["sacct", "-X", "-a", "-n", "-P", "-S", since, "-o", "JobID,JobName,State,Start"],
+        )
+        started = [
+            ln
+            for ln in acct.stdout.splitlines()
+            if ln and TAG not in ln and ln.split("|")[3] not in ("Unknown", "None")
+        ]
+        assert not started, acct.stdout
+        for h in hs:
+            assert coord.get_result(h, timeout_s=1).site == "local"
     finally:
         slurm.run("delta", ["scancel", f"--name={TAG}"])
         slurm.run("local", ["scancel", f"--name={HOLD}"])

@@ -4,6 +4,7 @@ same functions run against the local clusters in the cloud path of the slurm sui
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from concurrent.futures import Future
@@ -147,6 +148,8 @@ class _Site:
                 out = "won\n"
         else:
             out = "".join(f"claim|{t}|{c}\n" for t, c in self.claims.items() if t in command)
+            # a shape's jobs, as the script counts them: none pending, held or running
+            out += "".join(f"shape|{s}|0|0|0\n" for s in re.findall(r"shape\|(\w+)\|", command))
         fut.set_result(SimpleNamespace(returncode=0, stdout=out, stderr=""))
         return fut
 
@@ -201,5 +204,54 @@ def test_a_task_that_claimed_before_its_acknowledgement_is_known_by_its_claim() 
         site.claims["c" * 20] = "13 gc-task-c"
         _until(lambda: seen == [("gc-task-c", "13")])
         assert jobs.claims(["c" * 20, "d" * 20])["c" * 20].compute_task_id == "gc-task-c"
+    finally:
+        jobs.close()
+
+
+def test_a_look_holds_the_blocks_an_engine_asks_beyond_the_waiting_work(tmp_path: Path) -> None:
+    """The engine still counts a withdrawn copy outstanding and may ask for a block for it
+    after the withdrawal: the next look holds the newest unheld pending blocks beyond the
+    work waiting, so none of them starts."""
+    queue = "31 RUNNING None\n32 PENDING Priority\n33 PENDING Resources\n34 PENDING JobHeldUser\n"
+    path, log = _fake_slurm(tmp_path, queue)
+    res = _bash(jobtags.look_command([], {SHAPE: 1}), tmp_path, path)
+    assert res.returncode == 0, res.stderr
+    calls = log.read_text().splitlines()
+    assert "scontrol uhold 33" in calls and not any("release" in c for c in calls)
+    path, log = _fake_slurm(tmp_path, queue)
+    _bash(jobtags.look_command([], {SHAPE: 0}), tmp_path, path)  # nothing waits: hold both
+    assert "scontrol uhold 32 33" in log.read_text().splitlines()
+    path, log = _fake_slurm(tmp_path, queue)
+    _bash(jobtags.look_command([], {SHAPE: 2}), tmp_path, path)  # as many as wait: as is
+    assert "scontrol" not in log.read_text()
+
+
+def test_a_withdrawn_copy_keeps_its_shape_looked_at_until_its_process_lets_it_go() -> None:
+    """Where the site reports starts itself (``watch_starts=False``), looks run only for
+    shapes with withdrawn copies still outstanding, and stop once those end; a task the
+    site reports started cannot be withdrawn; a task not acknowledged yet is withdrawn by
+    its future."""
+    site = _Site()
+    jobs = TaggedJobs("delta", site.run, check_s=0.05, watch_starts=False)
+    try:
+        a, b, c = _task("task-a"), _task("task-b"), Future()
+        jobs.track("a" * 20, a, SHAPE)
+        jobs.track("b" * 20, b, SHAPE)
+        jobs.track("c" * 20, c, SHAPE)
+        time.sleep(0.3)
+        assert jobs.checks == 0  # no claim is read for starts
+        jobs.mark_started("task-a", "41")
+        assert jobs.withdraw("task-a") is False
+        assert jobs.withdraw_future(c) is True  # no id yet: known by its future
+        _until(lambda: jobs.withdrawals["won"] == 1 and jobs.checks >= 2)
+        looks = [x for x in site.commands if "shape|" in x]
+        assert looks and f"shape|{SHAPE}|" in looks[-1]
+        assert "need=$(( 1 - p ))" in looks[-1]  # task-b still waits for a block
+        c.set_exception(RuntimeError("its user endpoint process ended"))
+        b.set_result("done")
+        a.set_result("done")
+        n = jobs.checks
+        time.sleep(0.3)
+        assert jobs.checks <= n + 1  # the shape's last look, then none
     finally:
         jobs.close()

@@ -16,6 +16,7 @@ from federation.core.paths import federation_home as federation_home  # re-expor
 from federation.core.spec import load_sites
 from federation.core.storage import site_storage
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
+from federation.endpoint.uep_pool import HOLDS_OTHERS
 from federation.localslurm import LocalFederation
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.store import Store
@@ -129,8 +130,9 @@ class LocalSites:
                 for spec in self.specs
             ]
 
-        def cancel(task_id: str) -> bool:
-            return service.cancel(task_id)[0]
+        def cancel(task_id: str) -> bool | None:
+            ok, why = service.cancel(task_id)
+            return None if why == HOLDS_OTHERS else ok
 
         return [
             ComputeSite(
@@ -140,6 +142,8 @@ class LocalSites:
                 executor_factory=factory,
                 task_group_id=task_group_id,
                 canceller=cancel,
+                job_check_s=JOB_CHECK_S,  # withdrawals of tasks sharing a process: by claim
+                starts_by_claims=False,  # the endpoints report starts (listen_for_starts)
                 adopter=_adopter(service, local_endpoint_id(spec.name), task_group_id),
                 account=(accounts or {}).get(spec.name),
                 budget_core_hours=(budgets_core_hours or {}).get(spec.name),
@@ -155,6 +159,9 @@ class LocalSites:
                     b.on_started(coord.notify_started)
         elif self.service is not None:
             self.service.on_started(coord.notify_started)
+            for b in backends:  # a started task is no longer withdrawn by its claim
+                if isinstance(b, ComputeSite) and b.jobs is not None:
+                    self.service.on_started(b.jobs.mark_started)
 
     def connect(
         self,

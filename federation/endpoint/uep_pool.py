@@ -38,6 +38,10 @@ from federation.endpoint.user_endpoint import command as uep_command
 
 logger = logging.getLogger(__name__)
 
+HOLDS_OTHERS = "its user endpoint process holds other tasks"
+"""Why a cancel is refused for a task that shares its process (and blocks) with others:
+the caller withdraws it by its claim instead (:mod:`federation.sites.jobtags`)."""
+
 ANONYMOUS = "anonymous"
 """The identity of a submission that names none."""
 RENDER_CACHE_MAX = 256
@@ -422,7 +426,7 @@ class UserEndpointPool:
         if h is None:
             return None, ""
         if h.outstanding - {task_id}:
-            return None, "its user endpoint process holds other tasks"
+            return None, HOLDS_OTHERS
         h.outstanding.discard(task_id)
         self._retire(h, "cancel")
         return h, ""

@@ -23,6 +23,7 @@ from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, stream_lost
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.rows import copy_fields, copy_row, task_row
+from federation.sites.backend import WithdrawsUnacknowledged
 
 if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
@@ -438,13 +439,14 @@ class Hedging:
         cid = c.compute_task_id
         ok = c.future is None and cid is None  # never sent: nothing to cancel
         crash_point("hedge.cancel")
-        if cid is not None:
-            try:
-                ok = self.rt.site_for(handle.caller, c.site).cancel(cid)
-            except Exception as e:
-                logger.warning(
-                    "cancelling copy %s of %s on %s failed: %s", cid, handle.id, c.site, e
-                )
+        site = self.rt.site_for(handle.caller, c.site)
+        try:
+            if cid is not None:
+                ok = site.cancel(cid)
+            elif c.future is not None and isinstance(site, WithdrawsUnacknowledged):
+                ok = site.withdraw_future(c.future)  # sent, not acknowledged yet: no id
+        except Exception as e:
+            logger.warning("cancelling copy %s of %s on %s failed: %s", cid, handle.id, c.site, e)
         winner = winner or handle.winner
         with self.reg.lock:
             c.state = "cancelled" if ok else "abandoned"

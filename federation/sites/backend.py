@@ -46,3 +46,13 @@ class SiteBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class WithdrawsUnacknowledged(Protocol):
+    """A site that can withdraw a task the service has not acknowledged yet (no Globus
+    Compute id): it knows the task by the future its ``submit`` returned (its claim's tag)."""
+
+    def withdraw_future(self, future: Future[Any]) -> bool:
+        """Withdraw the task ``future`` stands for; False if it cannot be (started, unknown)."""
+        ...

@@ -36,10 +36,8 @@ from federation.core.errors import (
 from federation.core.model import Frozen
 from federation.core.spec import SiteSpec
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
-from federation.sites import jobtags
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
 from federation.sites.globus_auth import AuthSettings, auth_errors
-from federation.sites.jobwatch import StartListener, TaggedJobs
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +171,7 @@ class CloudSite(ComputeSite):
             task_group_id=task_group_id,
             account=account,
             budget_core_hours=budget_core_hours,
+            job_check_s=job_check_s,
         )
         self.auth = auth or AuthSettings()
         self.worker_python: str | None = None
@@ -182,13 +181,6 @@ class CloudSite(ComputeSite):
         self._info: EndpointInfo | None = None
         self._info_lock = threading.Lock()
         self.warnings: list[str] = []
-        self._jobs_function = ShellFunction("{command}", name="federation_jobs")
-        self.jobs: TaggedJobs | None = (
-            None if job_check_s is None else TaggedJobs(self.name, self._run_shell, job_check_s)
-        )
-        """Each task's claim on the site: its start read from one listing of the claims
-        every ``job_check_s`` seconds while one waits, its withdrawal by claiming first
-        (None: the site's config turned this off, so nothing here can be cancelled)."""
 
     def endpoint_info(self, *, refresh: bool = False) -> EndpointInfo:
         """Status and metadata of the endpoint, cached for ``status_ttl_s``.
@@ -281,39 +273,9 @@ class CloudSite(ComputeSite):
         withdrawal can win the claim first (:mod:`federation.sites.jobwatch`)."""
         check_payload(self.client, task, self.name)
         self._check_python(self.endpoint_info(), task)
-        if self.jobs is not None and tag is None:
-            tag = jobtags.new_tag()
-        uec = self.shape_config(shape)  # rendered once: its job_tag names the shape's jobs
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            fut = self.submit_tagged(task, shape, tag if self.jobs is not None else None, uec)
-        if self.jobs is not None and tag is not None:
-            self.jobs.track(tag, fut, uec["job_tag"])
-        return fut
+            return super().submit(task, shape, tag)
 
     def _run_shell(self, command: str) -> Future[Any]:
-        """Run ``command`` on the site's login node (the endpoint's probe profile), through
-        one function registered once (the command is its argument)."""
         with auth_errors(self.auth, what=f"Globus Compute (site {self.name})"):
-            fut: Future[Any] = self.executor({"profile": "probe"}).submit(
-                self._jobs_function, command=command
-            )
-        return fut
-
-    def on_started(self, listener: StartListener) -> None:
-        """Call ``listener(task_id, slurm_job_id)`` when a task's job is seen started."""
-        if self.jobs is not None:
-            self.jobs.on_started(listener)
-
-    def cancel(self, task_id: str) -> bool:
-        """Withdraw a task not seen started: claim its tag first and hold its shape's
-        pending blocks beyond the work still waiting (the service has no task cancel)."""
-        return self.jobs is not None and self.jobs.withdraw(task_id)
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.jobs is not None
-
-    def close(self) -> None:
-        if self.jobs is not None:
-            self.jobs.close()  # first: its thread must not make a new executor after this
-        super().close()
+            return super()._run_shell(command)

@@ -23,6 +23,7 @@ from federation.core.errors import SiteUnavailableError
 from federation.core.spec import SiteSpec
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
 from federation.sites import jobtags
+from federation.sites.jobwatch import StartListener, TaggedJobs
 from federation.sites.shipping import code_payload, executor_serializer
 from federation.sites.user_config import shape_to_user_config
 from functions.jobs import claim_then_run
@@ -30,7 +31,10 @@ from functions.jobs import claim_then_run
 logger = logging.getLogger(__name__)
 
 ExecutorFactory = Callable[[uuid.UUID, Client, dict[str, Any], uuid.UUID], Executor]
-Canceller = Callable[[str], bool]
+Canceller = Callable[[str], "bool | None"]
+"""Cancels a queued task at the site: True done, False not possible (it started, or is
+unknown), None not this way (its user endpoint process holds other tasks: withdraw it by
+its claim instead)."""
 
 
 class _ThrottleAsInfo(logging.Filter):
@@ -90,6 +94,8 @@ class ComputeSite:
         account: str | None = None,
         budget_core_hours: float | None = None,
         online_ttl_s: float = ONLINE_TTL_S,
+        job_check_s: float | None = None,
+        starts_by_claims: bool = True,
     ) -> None:
         self.spec = spec
         self.account = account or spec.default_account
@@ -122,6 +128,16 @@ class ComputeSite:
         """Functions registered through this site, by id(), with their function id."""
         self._registered: dict[int, set[int]] = {}
         """Per executor (by id()), the functions it knows the id of."""
+        self._jobs_function = ShellFunction("{command}", name="federation_jobs")
+        self.jobs: TaggedJobs | None = (
+            None
+            if job_check_s is None
+            else TaggedJobs(self.name, self._run_shell, job_check_s, watch_starts=starts_by_claims)
+        )
+        """Each task's claim on the site (:mod:`federation.sites.jobwatch`): its withdrawal
+        by claiming first and, with ``starts_by_claims``, its start read from one listing of
+        the claims every ``job_check_s`` seconds while one waits (else whoever reports
+        starts tells :meth:`TaggedJobs.mark_started`). None: nothing withdraws by claim."""
 
     @property
     def name(self) -> str:
@@ -179,8 +195,29 @@ class ComputeSite:
             )
         return fut
 
-    def submit(self, task: TaskSpec, shape: Shape) -> Future[Any]:
-        return self.submit_tagged(task, shape, None)
+    def submit(self, task: TaskSpec, shape: Shape, tag: str | None = None) -> Future[Any]:
+        """Ship ``task`` with its shape's config; where tasks are withdrawn by claim, it
+        claims ``tag`` (a fresh one if none is given) on the site before it runs."""
+        uec = self.shape_config(shape)  # rendered once: its job_tag names the shape's jobs
+        if self.jobs is None:
+            return self.submit_tagged(task, shape, None, uec)
+        tag = tag or jobtags.new_tag()
+        fut = self.submit_tagged(task, shape, tag, uec)
+        self.jobs.track(tag, fut, uec["job_tag"])
+        return fut
+
+    def _run_shell(self, command: str) -> Future[Any]:
+        """Run ``command`` on the site's login node (the endpoint's probe profile), through
+        one function registered once (the command is its argument)."""
+        fut: Future[Any] = self.executor({"profile": "probe"}).submit(
+            self._jobs_function, command=command
+        )
+        return fut
+
+    def on_started(self, listener: StartListener) -> None:
+        """Call ``listener(task_id, slurm_job_id)`` when a task's claim shows it started."""
+        if self.jobs is not None:
+            self.jobs.on_started(listener)
 
     def shape_config(self, shape: Shape) -> dict[str, Any]:
         """The ``user_endpoint_config`` every task of ``shape`` shares here: nothing per task
@@ -286,17 +323,27 @@ class ComputeSite:
         return [str(t["id"]) for t in reply.get("tasks", [])]
 
     def cancel(self, task_id: str) -> bool:
-        if self._canceller is None:
-            return False
-        return self._canceller(task_id)
+        """Withdraw a task not seen started: the site's own cancel first, where it has one
+        (the embedded federation's ends a user endpoint process holding only this task, and
+        its batch job with it); else claim its tag first and hold its shape's pending blocks
+        beyond the work still waiting (the Globus Compute service has no task cancel)."""
+        if self._canceller is not None:
+            done = self._canceller(task_id)
+            if done is not None or self.jobs is None:
+                return bool(done)
+        return self.jobs is not None and self.jobs.withdraw(task_id)
+
+    def withdraw_future(self, future: Future[Any]) -> bool:
+        """Withdraw a task not acknowledged yet (no id to cancel it by): by its claim."""
+        return self.jobs is not None and self.jobs.withdraw_future(future)
 
     @property
     def can_cancel(self) -> bool:
-        """The Globus Compute web service has no task cancel: only a site given a
-        canceller (the embedded federation's) can withdraw a queued task."""
-        return self._canceller is not None
+        return self._canceller is not None or self.jobs is not None
 
     def close(self) -> None:
+        if self.jobs is not None:
+            self.jobs.close()  # first: its thread must not make a new executor after this
         with _RELOADED_LOCK:  # its watchers stop: what they would have served goes too
             _RELOADED.pop(str(self.task_group_id), None)
         with self._lock:

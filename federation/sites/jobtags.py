@@ -15,8 +15,10 @@ scientist's (exit 125).
 * **Withdrawals** claim the same name first (:func:`withdraw_command`): the one that
   creates the file wins. A withdrawal that wins also holds (``scontrol uhold``) the pending
   blocks of the task's shape beyond the work still waiting for them, so the withdrawn copy
-  makes no new Slurm job start; a later look releases held blocks once the shape has work
-  for them again (:func:`look_command`'s ``shapes``).
+  makes no new Slurm job start. While a withdrawn copy is still held by its user endpoint
+  process, each look keeps its shape's unheld pending blocks at the work still waiting:
+  it releases held blocks the shape needs again, and holds the blocks the engine asks for
+  beyond that (:func:`look_command`'s ``shapes``).
 
 The user's home is shared by the login and compute nodes on every site. Tags and shape
 names are lowercase hex and dotted words, so they need no shell quoting.
@@ -137,21 +139,28 @@ def look_command(tags: Iterable[str], shapes: Mapping[str, int] | None = None) -
 
 
 def _shape_script(shape: str, waiting: int) -> str:
-    """Count a shape's jobs; release held ones while fewer unheld pending jobs than
-    ``waiting`` tasks remain (held blocks count as blocks to the engine, which would not
-    ask for more)."""
+    """Count a shape's jobs and keep as many unheld pending blocks as ``waiting`` tasks
+    still need: release held ones while fewer (held blocks count as blocks to the engine,
+    which would not ask for more), hold the newest beyond that while more (the engine asks
+    for blocks for the withdrawn copies it still holds, which would start and run
+    nothing)."""
     name = job_name(shape)
     return "\n".join(
         [
-            f"q=$(squeue --noheader --name={name} --format='%i %T %r' 2>/dev/null)",
-            "p=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 !~ /^JobHeld/' | grep -c .)",
-            "h=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 ~ /^JobHeld/ {print $1}')",
-            "r=$(printf '%s\\n' \"$q\" | awk '$2!=\"PENDING\"' | grep -c .)",
+            f"q=$(squeue --noheader --name={name} --states=PENDING --format='%i %r' "
+            "2>/dev/null | sort -n)",
+            "u=$(printf '%s\\n' \"$q\" | awk 'NF && $2 !~ /^JobHeld/ {print $1}')",
+            "h=$(printf '%s\\n' \"$q\" | awk 'NF && $2 ~ /^JobHeld/ {print $1}')",
+            "p=$(printf '%s\\n' \"$u\" | grep -c .)",
             f"need=$(( {waiting} - p ))",
             'if [ "$need" -gt 0 ] && [ -n "$h" ]; then '
             "printf '%s\\n' $h | head -n \"$need\" | xargs -r scontrol release 2>/dev/null; fi",
-            "h=$(squeue --noheader --name=" + name + " --states=PENDING --format='%r' "
-            "2>/dev/null | grep -c '^JobHeld')",
+            'if [ "$need" -lt 0 ]; then '
+            "printf '%s\\n' $u | tail -n $(( -need )) | xargs -r scontrol uhold 2>/dev/null; fi",
+            f"q=$(squeue --noheader --name={name} --format='%i %T %r' 2>/dev/null)",
+            "p=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 !~ /^JobHeld/' | grep -c .)",
+            "h=$(printf '%s\\n' \"$q\" | awk '$2==\"PENDING\" && $3 ~ /^JobHeld/' | grep -c .)",
+            "r=$(printf '%s\\n' \"$q\" | awk 'NF && $2!=\"PENDING\"' | grep -c .)",
             f'echo "shape|{shape}|$p|$h|$r"',
         ]
     )

@@ -10,8 +10,10 @@ start. The interval is the site's to choose (TACC asks polling scripts to run ev
 minutes).
 
 A withdrawal claims the tag before the task can (:func:`jobtags.withdraw_command`); the one
-that wins holds the shape's pending blocks beyond the work still waiting for them, and
-later looks release held blocks when the shape has work for them again.
+that wins holds the shape's pending blocks beyond the work still waiting for them. While a
+withdrawn copy is still outstanding in its user endpoint process, later looks keep the
+shape's unheld pending blocks at the work waiting: they release held blocks the shape needs
+again, and hold the ones its engine asks for the withdrawn copies.
 """
 
 from __future__ import annotations
@@ -57,8 +59,14 @@ class _Tracked:
 class TaggedJobs:
     """The tagged tasks of one site and the thread that learns when they start."""
 
-    def __init__(self, site: str, run_shell: ShellRunner, check_s: float) -> None:
+    def __init__(
+        self, site: str, run_shell: ShellRunner, check_s: float, *, watch_starts: bool = True
+    ) -> None:
         self.site = site
+        self.watch_starts = watch_starts
+        """Look for starts in the claims; False where the site reports starts itself (the
+        embedded federation's endpoints do: :meth:`mark_started`), so looks run only to
+        release held blocks."""
         self._run = run_shell
         self.check_s = check_s
         self._lock = threading.Lock()
@@ -86,7 +94,23 @@ class TaggedJobs:
                     target=self._loop, daemon=True, name=f"starts-{self.site}"
                 )
                 self._thread.start()
+        if not self.watch_starts:  # no look reads its claim: it goes when it ends
+            future.add_done_callback(lambda _f: self._forget(tag, x))
+            return
         self._wake.set()
+
+    def _forget(self, tag: str, x: _Tracked) -> None:
+        with self._lock:
+            if self._tracked.get(tag) is x:
+                del self._tracked[tag]
+
+    def mark_started(self, task_id: str, job_id: str | None = None) -> None:
+        """The site reported ``task_id`` started (where starts are not read from claims):
+        it cannot be withdrawn, and no longer waits for a block of its shape."""
+        x = self._find(task_id)
+        if x is not None:
+            with self._lock:
+                x.reported, x.job_id = True, job_id or x.job_id
 
     def _find(self, task_id: str) -> _Tracked | None:
         with self._lock:
@@ -105,6 +129,13 @@ class TaggedJobs:
                 and x is not but
                 and not (x.reported or x.withdrawn or x.future.done())
             )
+
+    def _withdrawn_open(self, shape: str) -> bool:
+        """A withdrawn copy of ``shape`` its user endpoint process still holds (its engine
+        counts it outstanding, so may ask for a block for it). Called with the lock held."""
+        return any(
+            x.shape == shape and x.withdrawn and not x.future.done() for x in self._tracked.values()
+        )
 
     # --- starts ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -132,7 +163,11 @@ class TaggedJobs:
                 if x.reported or (x.withdrawn and x.future.done())
             ]:
                 del self._tracked[tag]
-            waiting = [x for x in self._tracked.values() if not x.reported and not x.withdrawn]
+            waiting = [
+                x
+                for x in self._tracked.values()
+                if not x.reported and not x.withdrawn and self.watch_starts
+            ]
             held = set(self._held)
         if (not waiting and not held) or self._closed:
             return False
@@ -156,8 +191,8 @@ class TaggedJobs:
             return True
         look = jobtags.parse_look(str(getattr(res, "stdout", "")))
         for shape, jobs in look.shapes.items():
-            if jobs.held == 0:
-                with self._lock:
+            with self._lock:  # watched while a withdrawn copy may still ask for a block
+                if jobs.held == 0 and not self._withdrawn_open(shape):
                     self._held.discard(shape)
         for x in waiting:
             claim = look.claims.get(x.tag)
@@ -198,7 +233,15 @@ class TaggedJobs:
         started or is unknown.
 
         Does not wait for the site (it may be called from a result callback)."""
-        x = self._find(task_id)
+        return self._withdraw(self._find(task_id))
+
+    def withdraw_future(self, future: Future[Any]) -> bool:
+        """:meth:`withdraw` for a task known by its future (not acknowledged yet: no id)."""
+        with self._lock:
+            x = next((t for t in self._tracked.values() if t.future is future), None)
+        return self._withdraw(x)
+
+    def _withdraw(self, x: _Tracked | None) -> bool:
         if x is None or x.future.done() or self._closed:
             return False
         with self._lock:
@@ -221,9 +264,9 @@ class TaggedJobs:
             with self._lock:
                 self.withdrawals["won"] += 1
                 self.withdrawals["held_blocks"] += held
-                if held and x.shape:
+                if x.shape:  # later looks hold the blocks its engine asks for it
                     self._held.add(x.shape)
-            if held:
+            if x.shape:
                 self._wake.set()
             logger.info("site %s: withdrew task %s (held %d block(s))", self.site, x.task_id, held)
         elif claim is not None:
