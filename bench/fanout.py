@@ -150,7 +150,9 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
         sites = ["local"]
     elif name == "sleep64":
         env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
-        plans = [(ShellTask(command="sleep 10"), env)] * 64
+        # each task says its batch job and when it ran (where the time went: the timeline)
+        timed = 'echo "$SLURM_JOB_ID $(date +%s.%N)"; sleep 10; date +%s.%N'
+        plans = [(ShellTask(command=timed), env)] * 64
         sites = ["local"]
     elif name == "tiny200":
         env = ResourceEnvelope(sites=("local",), cpus_min=1, walltime_s=600)
@@ -171,12 +173,14 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
     req = Requests(local.service)
     latencies: list[float] = []
     placed: dict[str, int] = {}
+    handles: list[Any] = []
     with Sampler(local, sites, identity_for(local.path)) as sampler:
         t0 = time.perf_counter()
         for task, env in plans:
             a = time.perf_counter()
             h = coord.submit_task(task, env, on_event=tally, snapshot=snap)
             latencies.append(time.perf_counter() - a)
+            handles.append(h)
             key = f"{h.site}/{h.decision.chosen.shape.describe()}"
             placed[key] = placed.get(key, 0) + 1
         t_sub = time.perf_counter()
@@ -185,7 +189,9 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
             time.sleep(0.1)
         t_end = time.perf_counter()
     n = len(plans)
+    timeline = _timeline(coord, handles, time.time() - (time.perf_counter() - t0))
     return {
+        **timeline,
         "tasks": n,
         "completed": tally.completed,
         "failed": tally.failed,
@@ -203,6 +209,32 @@ def run_scenario(local: Any, coord: Any, name: str, timeout_s: float) -> dict[st
         "placed": placed,
         "user_endpoints_most": sampler.most,
         "user_endpoints_seen": {s: len(p) for s, p in sampler.seen.items()},
+    }
+
+
+def _timeline(coord: Any, handles: list[Any], t0_epoch: float) -> dict[str, Any]:
+    """For tasks that print ``<job> <start>`` and ``<end>`` (``sleep64``): when the first
+    task started, when the 16th did (every CPU busy), the last start, and how many batch
+    jobs ran them, in seconds from the first ``submit_task``."""
+    starts, jobs = [], set()
+    for h in handles:
+        try:
+            r = coord.get_result(h, timeout_s=1)
+            first = (r.stdout or "").strip().splitlines()[0].split()
+            if len(first) != 2:
+                return {}
+            jobs.add(first[0])
+            starts.append(float(first[1]) - t0_epoch)
+        except Exception:
+            return {}
+    if not starts:
+        return {}
+    starts.sort()
+    return {
+        "first_start_s": round(starts[0], 1),
+        "sixteenth_start_s": round(starts[min(15, len(starts) - 1)], 1),
+        "last_start_s": round(starts[-1], 1),
+        "batch_jobs": len(jobs),
     }
 
 

@@ -255,3 +255,31 @@ def test_a_withdrawn_copy_keeps_its_shape_looked_at_until_its_process_lets_it_go
         assert jobs.checks <= n + 1  # the shape's last look, then none
     finally:
         jobs.close()
+
+
+def test_in_flight_shipments_are_settled_by_their_claims(tmp_path: Path) -> None:
+    """After a restart, one look per site settles the shipments that were in flight: one a
+    task claimed is that task (its Globus Compute id, for re-attaching); one nobody claimed
+    is claimed now, so whatever of it reached the site never runs, and it is shipped again
+    under the next generation; generations an earlier restart withdrew are skipped."""
+    chain = {k: [jobtags.shipment_tag(k, 0, None, g) for g in range(3)] for k in ("a", "b", "c")}
+    claims = tmp_path / jobtags.CLAIM_DIR
+    claims.mkdir(parents=True)
+    (claims / chain["b"][0]).write_text("withdrawn\n")  # an earlier restart withdrew it
+    (claims / chain["b"][1]).write_text("4214 gc-b\n")  # its second shipment ran
+    (claims / chain["c"][0]).write_text("withdrawn\n")
+    res = _bash(
+        jobtags.settle_command({"r0": chain["a"], "r1": chain["b"], "r2": chain["c"]}), tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    got = jobtags.parse_settle(res.stdout)
+    assert (got["r0"].kind, got["r0"].generation) == ("freed", 0)
+    assert (got["r1"].kind, got["r1"].generation) == ("took", 1)
+    assert got["r1"].claim is not None and got["r1"].claim.compute_task_id == "gc-b"
+    assert (got["r2"].kind, got["r2"].generation) == ("freed", 1)
+    # the freed shipments' tasks, arriving late, never run
+    late = _bash(jobtags.guarded_command("echo the-work", chain["a"][0]), tmp_path)
+    assert late.returncode == jobtags.WITHDRAWN_EXIT and late.stdout == ""
+    assert jobtags.shipment_tag("a", 0, None, 0) != jobtags.shipment_tag("a", 0, 0, 0)
+    with pytest.raises(ValueError):
+        jobtags.settle_command({"r 0; rm -rf ~": chain["a"]})

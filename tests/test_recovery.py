@@ -208,3 +208,106 @@ def test_sigkill_during_a_group_then_restart_reattaches_the_group(
         coord.close()
         if local.service is not None:
             local.service.close()
+
+
+KILLS = [  # (when the first kill lands, kills during recovery after it, path)
+    ("submitting", 0, "embedded"),
+    ("in a burst", 0, "cloud"),
+    ("recovering", 1, "cloud"),
+    ("three in a row", 2, "embedded"),
+]
+
+
+def _kill_after(proc: subprocess.Popen[str], line: str, after_s: float) -> list[str]:
+    """Read ``proc``'s lines until one starts with ``line``; SIGKILL it ``after_s`` later
+    (reading on meanwhile); every line read."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        while True:
+            got = proc.stdout.readline()
+            assert got, (line, seen)
+            seen.append(got.strip())
+            if got.startswith(line):
+                break
+        time.sleep(after_s)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=10)
+    return seen + [x.strip() for x in (out or "").splitlines()]
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("when", "again", "path"), KILLS, ids=[k[0] for k in KILLS])
+def test_kills_while_submitting_and_while_recovering_lose_and_repeat_no_task(
+    local_federation: Any, tmp_path: Path, when: str, again: int, path: str
+) -> None:
+    """Six shell tasks over three sites (one every 0.3 s, as an agent's loop submits, or in
+    a burst, as a fan-out does), the coordinator SIGKILLed at seeded random times: while
+    it submits, or while tasks run and then again (and again) while the restarted
+    coordinator re-attaches them. Records still in flight at a kill are settled by their
+    claims on the site (the task that claimed one is it; an unclaimed one is withdrawn
+    and shipped again). The last coordinator accounts for every task the store holds:
+    each that ran is completed with its own output and ran once; one reported failed
+    never ran; a task the store never recorded never ran either."""
+    home = local_federation.home
+    LocalSites(home=home).up()
+    db = home / "coordinator.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    seed = int(os.environ.get("FEDERATION_CRASH_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    out = tmp_path / "ran"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDERATION_PATH": path}
+    child = [sys.executable, str(ROOT / "tests" / "helpers" / "crash_child.py"), str(home)]
+    burst = when == "in a burst"
+    work = ["3,3,3,15,15,15", "burst" if burst else "paced", "local,delta,vista", str(out)]
+    mid = when in ("submitting", "in a burst")  # killed while it submits
+    first = rng.uniform(0.0, 0.3 if burst else 2.0) if mid else rng.uniform(2.0, 8.0)
+    waits = [rng.uniform(0.2, 4.0) for _ in range(again)]
+    print(f"\ncrash seed {seed}: {when}: SIGKILL {first:.1f} s, then during recovery {waits}")
+    proc = subprocess.Popen([*child, *work], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    # the first kill: after START (mid-submissions) or after the line naming all six ids
+    lines = _kill_after(proc, "START" if mid else "SUBMITTED 5 ", first)
+    for w in waits:
+        proc = subprocess.Popen(
+            [*child, "-", "recover"], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env
+        )
+        _kill_after(proc, "CONNECTING", w)
+    local = LocalSites(home=home, path=path)
+    coord = local.connect(durable=True, telemetry=False)
+    try:
+        assert coord.store is not None
+        rows = coord.store.tasks()
+        each = [ln.split() for ln in lines if ln.startswith("SUBMITTED ")]
+        told = [words[2] for words in each if len(words) == 3]
+        assert set(told) <= {r["id"] for r in rows}, (seed, lines)  # no returned id is lost
+        if not mid:
+            assert len(rows) == 6, (seed, rows)
+        recorded = set()
+        for row in rows:
+            i = int(row["label"][1:])
+            recorded.add(i)
+            r = coord.get_result(row["id"], timeout_s=240)
+            ran = (out / str(i)).read_text().split() if (out / str(i)).exists() else []
+            notes = coord.task(row["id"]).notes
+            print(f"  t{i}: {r.status} on {r.site}, ran {len(ran)}x; {r.error or ''}; {notes}")
+            if r.status == "completed":
+                assert r.stdout is not None and r.stdout.strip() == f"ran-{i}", (seed, r.stdout)
+                assert len(ran) == 1, (seed, i, ran)  # ran once
+            else:  # reported failed: it must not have run
+                assert ran == [], (seed, i, r.error, ran)
+        # a task the store never recorded (killed inside submit_task) never ran
+        stray = {int(p.name) for p in out.iterdir()} - recorded
+        assert not stray, (seed, stray)
+        hist = coord.events.history()
+        assert [e.seq for e in hist] == list(range(1, len(hist) + 1))  # none lost, none twice
+        per = Counter((e.task_id, e.kind) for e in hist)
+        for row in rows:
+            assert per[(row["id"], "task.completed")] + per[(row["id"], "task.failed")] == 1
+    finally:
+        coord.close()
+        if local.service is not None:
+            local.service.close()

@@ -43,6 +43,8 @@ class TaskCopy:
     ended_at: datetime | None = None
     error: str | None = None
     _recovered_compute_id: str | None = None
+    _generation: int = 0
+    """Its shipment's tag generation (a restart that withdrew one ships the next)."""
     _sending: bool = False
     """Being submitted right now (its future not yet known)."""
     _parked_start: bool = False
@@ -166,6 +168,8 @@ class TaskHandle:
     moving: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     """Held for one state move, check to event (:meth:`Lifecycle.transition`)."""
     _recovered_compute_id: str | None = None
+    _generation: int = 0
+    """Its shipment's tag generation (a restart that withdrew one ships the next)."""
     _reattaches: int = 0
     """Times its result stream was lost and it was re-attached (bounded)."""
     cancel_reason: str | None = None

@@ -147,9 +147,7 @@ class Hedging:
         try:
             fut = self.shipping.send(
                 handle,
-                lambda: self.rt.site_for(handle.caller, c.site).submit(
-                    self.shipping.shipped(handle, task, c), c.candidate.shape
-                ),
+                lambda: self.shipping.submit_to(handle, task, c.candidate.shape, c, c._generation),
                 copy=c,
             )
         except Exception as e:

@@ -37,6 +37,8 @@ class Settlement:
 
     verdicts: dict[Key, Verdict] = field(default_factory=dict)
     claimed_ids: dict[Key, str] = field(default_factory=dict)
+    generations: dict[Key, int] = field(default_factory=dict)
+    """The tag generation a record ``resend`` is shipped under (its earlier one withdrawn)."""
     reason: str = ""
     """Why a record is ``unknown`` (said in its failure)."""
 

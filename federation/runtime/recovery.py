@@ -5,14 +5,17 @@ ids), ends the event log missed are reported, milestones watched and groups re-a
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
 from federation.runtime.handles import TaskCopy, TaskHandle
-from federation.runtime.intents import Key, Settlement, claimed_ids, settle
+from federation.runtime.intents import Key, Settlement, Verdict, claimed_ids, settle
 from federation.runtime.rows import copy_from_row, handle_from_row
+from federation.sites.backend import ClaimingSite
+from federation.sites.jobtags import SHIPMENT_GENERATIONS, shipment_tag
 
 if TYPE_CHECKING:
     from federation.runtime.context import Runtime
@@ -116,6 +119,7 @@ class Recovery:
             if row["compute_task_id"] is None:
                 verdict = self.settlement.verdict((h.id, None))
                 if verdict == "resend" and h.task is not None:
+                    h._generation = self.settlement.generations.get((h.id, None), 0)
                     resend.append(h)  # it never reached the site: shipped again below
                     reopened.append(h)
                     continue
@@ -128,12 +132,14 @@ class Recovery:
         for (site, owner), handles in by_site.items():
             ids = [h._recovered_compute_id for h in handles if h._recovered_compute_id]
             futs, why = self._reattach(site, owner, ids)
+            lost = [h for h in handles if futs.get(h._recovered_compute_id or "") is None]
+            asked = self.settle_by_claims(
+                {(h.id, None): (site, h.caller, len(h.attempts)) for h in lost}
+            )
             for h in handles:
                 fut = futs.get(h._recovered_compute_id or "")
                 if fut is None:
-                    self.life.fail(
-                        h, why or f"site {site} no longer knows task {h._recovered_compute_id}", ""
-                    )
+                    self._lost(h, site, why, asked.get((h.id, None)), resend)
                     continue
                 h.future = fut
                 fut.add_done_callback(functools.partial(on_done, h))
@@ -162,6 +168,7 @@ class Recovery:
                 if c.compute_task_id is None:
                     verdict = self.settlement.verdict((h.id, c.index))
                     if verdict == "resend" and h.task is not None and h.winner is None:
+                        c._generation = self.settlement.generations.get((h.id, c.index), 0)
                         resend.append((h, c))  # never reached its site: sent again below
                         continue
                     c.state, c.ended_at = "failed", now
@@ -216,22 +223,114 @@ class Recovery:
     def settle(
         self, rows: list[dict[str, Any]], copy_rows: dict[str, list[dict[str, Any]]]
     ) -> Settlement:
-        """Which open records without a Globus Compute id reached their site (the site's
-        task group is asked only when some record was mid-submission)."""
+        """Which open records without a Globus Compute id reached their site: by their
+        claims where the site's tasks claim tags (:meth:`settle_by_claims`), else by the
+        site's task group (asked only when some record was mid-submission)."""
         pending: dict[Key, str | None] = {}
+        where: dict[Key, tuple[str, str, int]] = {}  # (site, caller, attempt)
         for row in rows:
             if row["state"] in ("completed", "failed") or row["id"] in self.reg.handles:
                 continue
+            caller = row.get("owner") or ""
+            attempt = len(json.loads(row.get("attempts") or "[]"))
             copies = copy_rows.get(row["id"], [])
             for c in copies:
                 if c["state"] == "queued" and not c["compute_task_id"]:
                     pending[(row["id"], c["idx"])] = c.get("ship_state")
+                    where[(row["id"], c["idx"])] = (c["site"], caller, attempt)
             if not copies and not row["compute_task_id"]:
                 pending[(row["id"], None)] = row.get("ship_state")
+                where[(row["id"], None)] = (row["site"], caller, attempt)
         every_copy = [c for cs in copy_rows.values() for c in cs]
-        asking = any(state == "submitting" for state in pending.values())
+        claimed = claimed_ids(rows, every_copy)
+        inflight = {k: where[k] for k, state in pending.items() if state == "submitting"}
+        by_claims = self.settle_by_claims(inflight)
+        claimed |= {cid for _, cid, _ in by_claims.values() if cid}
+        rest = {k: v for k, v in pending.items() if k not in by_claims}
+        asking = any(state == "submitting" for state in rest.values())
         group = self.group_ids() if asking else []
-        return settle(pending, claimed_ids(rows, every_copy), group)
+        out = settle(rest, claimed, group)
+        for key, (verdict, cid, generation) in by_claims.items():
+            out.verdicts[key] = verdict
+            out.generations[key] = generation
+            if cid is not None:
+                out.claimed_ids[key] = cid
+        return out
+
+    def _lost(
+        self,
+        h: TaskHandle,
+        site: str,
+        why: str,
+        asked: tuple[Verdict, str | None, int] | None,
+        resend: list[TaskHandle],
+    ) -> None:
+        """A task the site's service could not re-attach: its claim says whether it ran.
+        None claimed it: its tag is claimed now, so it never runs, and it is shipped again
+        (it never ran). A task claimed it: it ran (or runs) as that Slurm job, so it is not
+        run again and the failure says what to check. The site could not be asked: said."""
+        gone = why or f"site {site} no longer knows task {h._recovered_compute_id}"
+        if asked is not None and asked[0] == "resend" and h.task is not None:
+            h._generation = asked[2]
+            h.notes.append(f"{gone}; its claim shows it never started")
+            resend.append(h)
+            return
+        if asked is not None and asked[0] == "claim":
+            self.life.fail(
+                h,
+                f"{gone}. It started on {site} (its claim names Globus Compute task "
+                f"{asked[1]}) and may have finished: its result is not kept. Check its "
+                "Slurm job (`sacct`) and the files it writes before submitting it again",
+                "",
+            )
+            return
+        self.life.fail(
+            h,
+            f"{gone}. Whether it ran is unknown (its start could not be read on {site}): "
+            "check the site (`federation tasks`, sacct) before submitting it again",
+            "",
+        )
+
+    def settle_by_claims(
+        self, inflight: dict[Key, tuple[str, str, int]]
+    ) -> dict[Key, tuple[Verdict, str | None, int]]:
+        """The in-flight shipments (key -> site, caller, attempt) of sites whose tasks
+        claim tags, settled by one look per site at their claims
+        (:func:`~federation.sites.jobtags.settle_command`): a task that claimed the
+        shipment's tag is it (re-attached under the id it wrote); a tag nobody claimed is
+        claimed now, so that whatever of it reached the site never runs, and the record is
+        shipped again under the next generation. Sites that cannot be asked are left out
+        (the task group decides, or says it cannot)."""
+        by_site: dict[tuple[str, str], list[Key]] = {}
+        for key, (site, caller, _) in inflight.items():
+            if site in self.rt.backends:
+                by_site.setdefault((site, self._owner(caller, site)), []).append(key)
+        out: dict[Key, tuple[Verdict, str | None, int]] = {}
+        for (site, owner), keys in by_site.items():
+            backend = self.rt.site_for(owner, site) if owner else self.rt.backends[site]
+            if not isinstance(backend, ClaimingSite):
+                continue
+            chains = {
+                f"r{i}": [
+                    shipment_tag(key[0], inflight[key][2], key[1], gen)
+                    for gen in range(SHIPMENT_GENERATIONS)
+                ]
+                for i, key in enumerate(keys)
+            }
+            try:
+                found = backend.settle_claims(chains)
+            except Exception as e:  # the site cannot be asked: the task group decides
+                logger.warning("settling %d shipment(s) at %s by claims: %s", len(keys), site, e)
+                continue
+            for i, key in enumerate(keys):
+                got = found.get(f"r{i}")
+                if got is None or got.kind == "full":
+                    continue
+                if got.kind == "freed":
+                    out[key] = ("resend", None, got.generation + 1)
+                elif got.claim is not None and got.claim.compute_task_id is not None:
+                    out[key] = ("claim", got.claim.compute_task_id, got.generation)
+        return out
 
     def group_ids(self) -> list[str] | None:
         """Every task of the coordinator's work group(s), as the web service lists them;
@@ -293,9 +392,18 @@ class Recovery:
         if backend is None:
             self.life.fail(h, f"site {shape.site} is no longer configured; submit it again", "")
             return
-        h.notes.append(f"never reached {shape.site} before the coordinator stopped: shipped again")
+        h.notes.append(
+            f"never reached {shape.site} before the coordinator stopped: shipped again"
+            if not h._generation
+            else f"in flight to {shape.site} when the coordinator stopped; withdrawn there by "
+            "its claim before it could run: shipped again"
+        )
         try:
-            fut = shipping.send(h, lambda: backend.submit(shipping.shipped(h, h.task), shape))
+            task = h.task
+            assert task is not None  # only a task with its spec is shipped again
+            fut = shipping.send(
+                h, lambda: shipping.submit_to(h, task, shape, generation=h._generation)
+            )
         except Exception as e:
             self.life.fail(h, f"submission to {shape.site} failed: {e}", "")
             return

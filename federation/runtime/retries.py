@@ -286,12 +286,7 @@ class Retries:
         task = handle.task
         assert task is not None  # checked above: a task without its spec is not retried
         try:
-            fut = self.shipping.send(
-                handle,
-                lambda: self.rt.site_for(handle.caller, shape.site).submit(
-                    self.shipping.shipped(handle, task), shape
-                ),
-            )
+            fut = self.shipping.send(handle, lambda: self.shipping.submit_to(handle, task, shape))
         except Exception as e:
             self.life.fail(handle, f"retry on {shape.site} could not be submitted: {e}", traceback)
             return True

@@ -28,6 +28,8 @@ from federation.runtime.crashpoints import crash_point
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.results import shipped
 from federation.runtime.rows import task_row
+from federation.sites.backend import ClaimingSite
+from federation.sites.jobtags import shipment_tag
 
 if TYPE_CHECKING:
     from federation.core.envelope import Shape
@@ -74,12 +76,7 @@ class Shipping:
         self.life.queue(handle, detail, persist, register)
         crash_point("recorded")
         try:
-            fut = self.send(
-                handle,
-                lambda: self.rt.site_for(handle.caller, shape.site).submit(
-                    self.shipped(handle, task), shape
-                ),
-            )
+            fut = self.send(handle, lambda: self.submit_to(handle, task, shape))
         except Exception as e:
             self.life.fail(handle, f"submission to {shape.site} failed: {e}", "")
             raise FederationError(f"submission to {shape.site} failed: {e}") from e
@@ -130,6 +127,26 @@ class Shipping:
     def follow(self, handle: TaskHandle, fut: Future[Any]) -> None:
         """Pass the future's end to ``on_done``."""
         fut.add_done_callback(lambda f: self.on_done(handle, f))
+
+    def submit_to(
+        self,
+        h: TaskHandle,
+        task: TaskSpec,
+        shape: Shape,
+        copy: TaskCopy | None = None,
+        generation: int = 0,
+    ) -> Future[Any]:
+        """Submit ``task`` (as :meth:`shipped`) to ``shape``'s site for ``h`` (or its
+        ``copy``); where tasks claim tags, under this shipment's own tag
+        (:func:`~federation.sites.jobtags.shipment_tag`: task, attempt, copy, generation),
+        so a restart finds what reached the site by its claim."""
+        site = self.rt.site_for(h.caller, shape.site)
+        spec = self.shipped(h, task, copy)
+        if isinstance(site, ClaimingSite):
+            index = None if copy is None else copy.index
+            tag = shipment_tag(h.id, len(h.attempts), index, generation)
+            return site.submit_claiming(spec, shape, tag)
+        return site.submit(spec, shape)
 
     def shipped(self, h: TaskHandle, task: TaskSpec, copy: TaskCopy | None = None) -> TaskSpec:
         """``task`` as shipped: a large result spills to the site's storage (by name)."""

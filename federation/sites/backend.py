@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
 from federation.core.envelope import Shape
 from federation.core.spec import SiteSpec
 from federation.core.tasks import TaskSpec
+from federation.sites.jobtags import Settled
 
 
 @runtime_checkable
@@ -55,4 +57,21 @@ class WithdrawsUnacknowledged(Protocol):
 
     def withdraw_future(self, future: Future[Any]) -> bool:
         """Withdraw the task ``future`` stands for; False if it cannot be (started, unknown)."""
+        ...
+
+
+@runtime_checkable
+class ClaimingSite(Protocol):
+    """A site whose tasks claim a tag before they run (:mod:`federation.sites.jobtags`):
+    the coordinator names each shipment's tag, so a restart can ask the site which of the
+    shipments in flight when it stopped reached it (their claims), and make sure the
+    others never run (it claims their tags first) before shipping them again."""
+
+    def submit_claiming(self, task: TaskSpec, shape: Shape, tag: str) -> Future[Any]:
+        """:meth:`SiteBackend.submit` under ``tag``."""
+        ...
+
+    def settle_claims(self, chains: Mapping[str, Sequence[str]]) -> dict[str, Settled]:
+        """Each in-flight shipment (key -> its tags by generation): the task that claimed
+        one, or the first free one, claimed now so that it never runs."""
         ...

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -205,6 +205,18 @@ class ComputeSite:
         fut = self.submit_tagged(task, shape, tag, uec)
         self.jobs.track(tag, fut, uec["job_tag"])
         return fut
+
+    def submit_claiming(self, task: TaskSpec, shape: Shape, tag: str) -> Future[Any]:
+        """:meth:`submit` under the coordinator's own ``tag`` (one per shipment, so a restart
+        finds its claim: :meth:`settle_claims`); untagged where nothing claims."""
+        return self.submit(task, shape, tag if self.jobs is not None else None)
+
+    def settle_claims(self, chains: Mapping[str, Sequence[str]]) -> dict[str, jobtags.Settled]:
+        """After a restart: each in-flight shipment's claim by its tags (key -> tags by
+        generation), a free one claimed as withdrawn (:func:`jobtags.settle_command`)."""
+        if self.jobs is None:
+            raise SiteUnavailableError(f"site {self.name}: its tasks claim no tags here")
+        return self.jobs.settle(chains)
 
     def _run_shell(self, command: str) -> Future[Any]:
         """Run ``command`` on the site's login node (the endpoint's probe profile), through

@@ -30,8 +30,8 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from federation.core.model import Frozen
 
@@ -45,6 +45,7 @@ WITHDRAWN_EXIT = 125
 
 _TAG = re.compile(r"^[0-9a-f]{8,40}$")
 _SHAPE = re.compile(r"^[0-9a-f]{8,24}$")
+_KEY = re.compile(r"^[a-z0-9]{1,16}$")
 
 
 class Claim(Frozen):
@@ -79,6 +80,71 @@ def tag_for(*parts: object) -> str:
     """A tag derived from what identifies one shipment (task id, attempt, copy), so a
     restarted coordinator finds the same claim again."""
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:20]
+
+
+SHIPMENT_GENERATIONS = 8
+"""Tags a restarted coordinator tries for one shipment (see :func:`shipment_tag`)."""
+
+
+def shipment_tag(task_id: str, attempt: int, copy: int | None, generation: int = 0) -> str:
+    """The tag of one shipment of a task: its id, attempt and copy, and the generation (a
+    shipment a restart withdrew by claiming its tag is shipped again under the next one),
+    so a restarted coordinator can find each in-flight shipment's claim (:func:`settle_command`)."""
+    return tag_for(task_id, attempt, "-" if copy is None else copy, generation)
+
+
+class Settled(Frozen):
+    """What :func:`settle_command` found for one in-flight shipment: ``took``, a task
+    claimed generation ``generation`` (``claim`` names its Slurm job and Globus Compute id);
+    ``freed``, no task had claimed it and the look claimed it first, so it never runs
+    (ship again under ``generation + 1``); ``full``, every generation tried was withdrawn."""
+
+    kind: Literal["took", "freed", "full"]
+    generation: int = 0
+    claim: Claim | None = None
+
+
+def settle_command(chains: Mapping[str, Sequence[str]]) -> str:
+    """One shell function for a restart's in-flight shipments (``key`` -> its tags, first
+    generation first): for each, the first generation a task claimed (``took|key|gen|...``)
+    or, failing that, the first one nobody claimed, claimed now as withdrawn so that its
+    task (if it reached the site) never runs (``freed|key|gen``); ``full|key`` if none."""
+    d = f'"$HOME/{CLAIM_DIR}"'
+    lines = [f"mkdir -p {d} && cd {d} || exit 3"]
+    for key, tags in chains.items():
+        if not _KEY.match(key):
+            raise ValueError(f"not a shipment key: {key!r}")
+        lines.append("done=")
+        for gen, tag in enumerate(tags):
+            t = _check(tag)
+            lines.append(
+                f'if [ -z "$done" ]; then if (set -C; echo {WITHDRAWN} > {t}) 2>/dev/null; '
+                f'then echo "freed|{key}|{gen}"; done=1; else c=$(head -c 200 {t} | tr -d '
+                f'\'\\n\'); case "$c" in {WITHDRAWN}*) ;; *) echo "took|{key}|{gen}|$c"; '
+                "done=1;; esac; fi; fi"
+            )
+        lines.append(f'[ -n "$done" ] || echo "full|{key}"')
+    return "\n".join(lines)
+
+
+def parse_settle(stdout: str) -> dict[str, Settled]:
+    """:func:`settle_command`'s output (other lines ignored)."""
+    out: dict[str, Settled] = {}
+    for line in stdout.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) < 2 or not _KEY.match(parts[1]):
+            continue
+        try:
+            if parts[0] == "took" and len(parts) == 4:
+                claim = _claim("0" * 20, parts[3])
+                out[parts[1]] = Settled(kind="took", generation=int(parts[2]), claim=claim)
+            elif parts[0] == "freed" and len(parts) == 3:
+                out[parts[1]] = Settled(kind="freed", generation=int(parts[2]))
+            elif parts[0] == "full" and len(parts) == 2:
+                out[parts[1]] = Settled(kind="full")
+        except ValueError:
+            continue
+    return out
 
 
 def _check(tag: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -217,6 +217,19 @@ class TaggedJobs:
                 f"{str(getattr(res, 'stderr', '')).strip()[-300:]}"
             )
         return jobtags.parse_look(str(getattr(res, "stdout", ""))).claims
+
+    def settle(self, chains: Mapping[str, Sequence[str]]) -> dict[str, jobtags.Settled]:
+        """A restart's in-flight shipments (key -> their tags by generation), settled by
+        one shell function (:func:`jobtags.settle_command`), waited for."""
+        if not chains:
+            return {}
+        res = self._run(jobtags.settle_command(chains)).result(timeout=SHELL_TIMEOUT_S)
+        if getattr(res, "returncode", 0) != 0:
+            raise RuntimeError(
+                f"site {self.site}: settling in-flight shipments failed: "
+                f"{str(getattr(res, 'stderr', '')).strip()[-300:]}"
+            )
+        return jobtags.parse_settle(str(getattr(res, "stdout", "")))
 
     def _report(self, x: _Tracked) -> None:
         assert x.task_id is not None
