@@ -437,8 +437,8 @@ class Hedging:
         cid = c.compute_task_id
         ok = c.future is None and cid is None  # never sent: nothing to cancel
         crash_point("hedge.cancel")
-        site = self.rt.site_for(handle.caller, c.site)
         try:
+            site = self.rt.site_for(handle.caller, c.site)  # KeyError: no longer configured
             if cid is not None:
                 ok = site.cancel(cid)
             elif c.future is not None and isinstance(site, WithdrawsUnacknowledged):
