@@ -38,6 +38,14 @@ def test_store_keeps_events_and_continues_the_sequence(tmp_path: Path) -> None:
     assert Store(tmp_path / "c.db").task_group_id() == store.task_group_id()
 
 
+def _fresh_db(home: Path) -> Path:
+    """The coordinator's store under ``home``, removed with its WAL files (a fresh start)."""
+    db = home / "coordinator.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return db
+
+
 def _submit_then_kill(home: Path, path: str, args: list[str], after_s: float) -> list[str]:
     """Run ``tests/helpers/crash_child.py HOME *args`` on ``path``; SIGKILL it ``after_s``
     after it printed the ids of the tasks it submitted, which are returned."""
@@ -66,10 +74,7 @@ def test_sigkill_mid_run_then_restart_accounts_for_every_task(
 ) -> None:
     home = local_federation.home
     LocalSites(home=home).up()
-    db = home / "coordinator.db"
-    db.unlink(missing_ok=True)
-    for suffix in ("-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    _fresh_db(home)
     # one quick task (done before the kill), two that are still running when it comes;
     # the kill 4 s after: the first finished and the others started
     ids = _submit_then_kill(home, path, ["0.1,6,8"], after_s=4.0)
@@ -110,9 +115,7 @@ def test_sigkill_with_tasks_on_three_sites_reattaches_every_site(
     its tasks; the others were reported as no longer known (issue 25)."""
     home = local_federation.home
     LocalSites(home=home).up()
-    db = home / "coordinator.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    _fresh_db(home)
     seed = int(os.environ.get("FEDERATION_CRASH_SEED", time.time_ns() % 10_000))
     delay_s = random.Random(seed).uniform(2.0, 8.0)
     print(f"\ncrash seed {seed}: SIGKILL {delay_s:.1f} s after the tasks were submitted")
@@ -145,10 +148,7 @@ def test_sigkill_during_a_group_then_restart_reattaches_the_group(
 ) -> None:
     home = local_federation.home
     LocalSites(home=home).up()
-    db = home / "coordinator.db"
-    db.unlink(missing_ok=True)
-    for suffix in ("-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    db = _fresh_db(home)
     child = subprocess.Popen(
         [
             sys.executable,
@@ -253,9 +253,7 @@ def test_kills_while_submitting_and_while_recovering_lose_and_repeat_no_task(
     never ran; a task the store never recorded never ran either."""
     home = local_federation.home
     LocalSites(home=home).up()
-    db = home / "coordinator.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    _fresh_db(home)
     seed = int(os.environ.get("FEDERATION_CRASH_SEED", time.time_ns() % 10_000))
     rng = random.Random(seed)
     out = tmp_path / "ran"
