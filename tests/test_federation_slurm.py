@@ -120,13 +120,16 @@ def test_failure_arrives_as_event_with_remote_traceback(coord: Coordinator) -> N
 
 def test_shell_task(coord: Coordinator) -> None:
     h = coord.submit_task(
-        ShellTask(command="echo part=$SLURM_JOB_PARTITION"),
+        ShellTask(command="echo part=$SLURM_JOB_PARTITION; echo own-words >&2"),
         ResourceEnvelope(sites=("local",), walltime_s=300),
     )
     r = coord.get_result(h, timeout_s=180)
     assert r.status == "completed", r.error
     assert r.stdout is not None and r.stdout.strip() == f"part={r.partition}"
     assert r.returncode == 0
+    # the task's stderr is its own: the endpoint sandboxes shell tasks, as the SDK expects
+    # (before, it began with "WARNING: Task sandboxing will not work ...")
+    assert r.stderr is not None and r.stderr.strip() == "own-words", r.stderr
 
 
 def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: LocalSites) -> None:
