@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.model import Frozen
+from federation.core.workspace import OutputFile
 from federation.placement.candidates import Candidate, PlacementDecision
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.milestones import Milestones
@@ -110,6 +111,10 @@ class TaskResult(Frozen):
     value_ref: ResultRef | None = None
     """Set when the value was too large to return inline: where it was written on the
     site's storage (``value`` holds it loaded back, after checking size and digest)."""
+    outputs: tuple[OutputFile, ...] = ()
+    """The files the task created or changed in its workspace (path relative to it, size,
+    sha256), so the next step names them; at most 100 (``outputs_more`` counts the rest)."""
+    outputs_more: int = 0
     error: str | None = None
     remote_traceback: str = ""
     stdout: str | None = None
@@ -159,6 +164,9 @@ class TaskHandle:
     slurm_job_id: str | None = None
     value: Any = None
     value_ref: ResultRef | None = None
+    outputs: tuple[OutputFile, ...] = ()
+    """The files it created or changed in its workspace (see :class:`TaskResult`)."""
+    outputs_more: int = 0
     accounting: Accounting | None = None
     wants: Milestones | None = None
     """The milestones requested on submit (and their margins)."""
@@ -282,6 +290,8 @@ class TaskHandle:
             accounting=self.accounting,
             milestones=self.wants.names if self.wants else (),
             value_ref=self.value_ref,
+            outputs=self.outputs,
+            outputs_more=self.outputs_more,
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             completed_at=self.completed_at,

@@ -14,7 +14,7 @@ from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, remote, stream_lost
 from federation.runtime.handles import TaskHandle
 from federation.runtime.provenance import fetch_accounting
-from federation.runtime.results import as_ref
+from federation.runtime.results import as_ref, take_outputs
 
 if TYPE_CHECKING:
     from federation.runtime.context import Runtime
@@ -124,7 +124,7 @@ class Reports:
                 return
             self.life.fail(handle, message, str(exc), failure=failure.cls)
             return
-        value = fut.result()
+        value, handle.outputs, handle.outputs_more = take_outputs(fut.result(), handle.is_shell)
         crash_point("result")
         ref = as_ref(value, handle.site)
         if ref is not None:  # too large to return inline: written to the site's storage

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import Field
 
 from federation.core.errors import FederationError
 from federation.core.model import Frozen
-from federation.core.tasks import PythonTask, TaskSpec
-from functions.results import REF_KEY, run_and_spill
+from federation.core.tasks import PythonTask, ShellTask, TaskSpec
+from federation.core.workspace import OutputFile, split_outputs, wrap_shell
+from functions.results import OUTPUTS_KEY, REF_KEY, run_and_spill
 
 DEFAULT_INLINE_LIMIT_BYTES = 10 * 1024 * 1024 - 256 * 1024
 """Globus Compute's 10 MiB result limit, less room for the result message around it."""
@@ -64,11 +65,24 @@ class ResultRef(Frozen):
 
 
 def shipped(
-    task: TaskSpec, site: str, name: str, storage: StorageRoot | None, limit_bytes: int
+    task: TaskSpec,
+    site: str,
+    name: str,
+    storage: StorageRoot | None,
+    limit_bytes: int,
+    workspace: PurePosixPath | None = None,
 ) -> TaskSpec:
     """What to send for ``task``: a Python task inside ``run_and_spill``, which spills large
     results to ``storage`` (when there is one) and is shipped by source; the task's own
-    function travels as its payload (:func:`federation.sites.shipping.code_payload`)."""
+    function travels as its payload (:func:`federation.sites.shipping.code_payload`).
+
+    With a ``workspace`` (its path under the site's storage root) and a storage root, the
+    task runs there and lists the files it wrote (:mod:`federation.core.workspace`)."""
+    root = str(storage(site) / workspace) if storage is not None and workspace else None
+    if isinstance(task, ShellTask):
+        if root is None:
+            return task
+        return task.model_copy(update={"command": wrap_shell(task.command, root, site)})
     if not isinstance(task, PythonTask):
         return task
     from federation.sites.shipping import code_payload
@@ -77,9 +91,24 @@ def shipped(
     directory = str(storage(site) / "results") if storage is not None else None
     return PythonTask(
         run_and_spill,
-        (payload, task.args, task.kwargs, limit_bytes, directory, name),
+        (payload, task.args, task.kwargs, limit_bytes, directory, name, root, site),
         name=task.label,
     )
+
+
+def take_outputs(value: Any, is_shell: bool) -> tuple[Any, tuple[OutputFile, ...], int]:
+    """The task's own value, and the workspace files it wrote (with the count left out):
+    from ``run_and_spill``'s wrapper, or the listing at the end of a shell task's stdout."""
+    if isinstance(value, dict) and value.get(OUTPUTS_KEY) == 1:
+        files = tuple(OutputFile.model_validate(o) for o in value.get("outputs") or ())
+        return value.get("value"), files, int(value.get("more") or 0)
+    stdout = getattr(value, "stdout", None)
+    if is_shell and isinstance(stdout, str):
+        own, files_list, more = split_outputs(stdout)
+        if files_list or more or own != stdout:
+            value.stdout = own
+        return value, tuple(files_list), more
+    return value, (), 0
 
 
 def as_ref(value: Any, site: str) -> ResultRef | None:

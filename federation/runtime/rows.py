@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from federation.core.envelope import ResourceEnvelope
 from federation.core.json_values import json_value
 from federation.core.tasks import TaskSpec
+from federation.core.workspace import OutputFile
 from federation.placement.candidates import Candidate, PlacementDecision
 from federation.runtime.events import DEFAULT_OWNER, EventBus
 from federation.runtime.handles import TaskCopy, TaskHandle
@@ -54,6 +55,11 @@ def end_fields(h: TaskHandle) -> dict[str, Any]:
         "remote_traceback": h.remote_traceback,
         "value_json": value_json(h),
         "value_ref": h.value_ref.model_dump_json() if h.value_ref else None,
+        "outputs": json.dumps(
+            {"files": [o.model_dump() for o in h.outputs], "more": h.outputs_more}
+        )
+        if h.outputs or h.outputs_more
+        else None,
         "attempts": json.dumps(h.attempts, default=str),
         "notes": json.dumps(h.notes) if h.notes else None,
     }
@@ -146,6 +152,10 @@ def handle_from_row(row: dict[str, Any], bus: EventBus, *, own: bool = True) -> 
         h.wants = Milestones.model_validate_json(row["milestones"])
     if row.get("value_ref"):
         h.value_ref = ResultRef.model_validate_json(row["value_ref"])
+    if row.get("outputs"):
+        listed = json.loads(row["outputs"])
+        h.outputs = tuple(OutputFile.model_validate(o) for o in listed.get("files", ()))
+        h.outputs_more = int(listed.get("more") or 0)
     if row.get("attempts"):
         h.attempts = list(json.loads(row["attempts"]))
     if row.get("notes"):

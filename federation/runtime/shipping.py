@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
+from federation.core.workspace import workspace_rel
 from federation.runtime.acks import Acks
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.handles import TaskCopy, TaskHandle
@@ -154,7 +155,8 @@ class Shipping:
         site = h.site
         if copy is not None:  # each copy spills to its own site, under its own name
             name, site = f"{h.id}-{len(h.attempts) + 1}.copy{copy.index}.result", copy.site
-        return shipped(task, site, name, self.rt.result_storage, self.rt.inline_limit_bytes)
+        ws = workspace_rel(h.caller)
+        return shipped(task, site, name, self.rt.result_storage, self.rt.inline_limit_bytes, ws)
 
     def admit(
         self,

@@ -100,6 +100,7 @@ _COLUMNS_ADDED = {
         "milestones": "TEXT",  # JSON: federation.runtime.milestones.Milestones
         # JSON: federation.runtime.results.ResultRef (a result spilled to storage)
         "value_ref": "TEXT",
+        "outputs": "TEXT",  # JSON: the workspace files a task wrote (federation.core.workspace)
         "accounting": "TEXT",  # JSON: federation.runtime.provenance.Accounting
         "attempts": "TEXT",  # JSON list: earlier attempts (site, failure, Slurm job id)
         "owner": _OWNER,
