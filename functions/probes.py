@@ -17,13 +17,15 @@ def probe_slurm(
     timeout_s: float = 20.0,
     account: "str | None" = None,
     budget_core_hours: "float | None" = None,
+    storage_root: "str | None" = None,
 ) -> dict[str, object]:
     """Run Slurm's read-only commands on this host and return their raw, timed output.
 
     ``account``: the Slurm account work is charged to; ``sshare`` (optional: its failure
     is a warning, never a failed probe) is limited to it. ``account`` and the coordinator's
     configured ``budget_core_hours`` are echoed in the result, so the snapshot builder
-    reads the allocation's request and answer from one dict.
+    reads the allocation's request and answer from one dict. ``storage_root``: the site's
+    storage (its Globus collection's path), whose free space is reported (``storage``).
 
     The commands run in parallel, sharing one ``timeout_s`` budget. A missing command, a
     non-zero exit or a timeout never raises: it is recorded in that command's entry
@@ -238,6 +240,16 @@ def probe_slurm(
         "account": account,
         "budget_core_hours": budget_core_hours,
     }
+    if storage_root is not None:
+        try:
+            usage = shutil.disk_usage(storage_root)
+            out["storage"] = {
+                "root": storage_root,
+                "free_bytes": usage.free,
+                "total_bytes": usage.total,
+            }
+        except OSError as e:
+            out["storage"] = {"root": storage_root, "error": f"{type(e).__name__}: {e}"}
     for name, spec in commands.items():
         entry = results.get(name)
         if entry is None:  # the thread itself is stuck: record it like a timeout

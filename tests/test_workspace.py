@@ -127,3 +127,26 @@ def test_the_manifest_lists_a_tasks_outputs_and_keeps_them_after_it_leaves_memor
         assert back is not None and back.manifest().outputs[0].path == "prepared.csv"
     finally:
         coord.close()
+
+
+def test_the_probe_reports_the_sites_storage_and_its_free_space(tmp_path: Path) -> None:
+    from federation.parsing.snapshot_builder import build_storage
+    from functions.probes import probe_slurm
+
+    raw = probe_slurm(timeout_s=2.0, storage_root=str(tmp_path))
+    warnings: list[str] = []
+    storage = build_storage(raw, warnings)
+    assert storage is not None and storage.root == str(tmp_path) and not warnings
+    assert storage.free_bytes is not None and 0 < storage.free_bytes <= (storage.total_bytes or 0)
+    gone = build_storage(probe_slurm(timeout_s=2.0, storage_root=str(tmp_path / "no")), [])
+    assert (
+        gone is not None and gone.free_bytes is None and "FileNotFoundError" in (gone.error or "")
+    )
+    for damaged in (
+        {"root": 5},
+        {"root": "/x", "free_bytes": -1},
+        {"root": "/x", "free_bytes": True},
+    ):
+        warnings = []
+        assert build_storage({"storage": damaged}, warnings) is None and warnings
+    assert build_storage({}, []) is None  # a probe not told where the storage is

@@ -226,6 +226,16 @@ class AllocationScope(Frozen):
         return max(0.0, self.limit_core_hours - self.used_core_hours)
 
 
+class SiteStorage(Frozen):
+    """The site's storage (its Globus collection's path): where workspaces and spilled
+    results live, and how much room is left there, as the probe read it."""
+
+    root: str
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    error: str | None = None
+
+
 class SiteSnapshot(Frozen):
     """One site at one moment: partitions, nodes, queue and health."""
 
@@ -238,6 +248,8 @@ class SiteSnapshot(Frozen):
     jobs: tuple[JobRecord, ...] = ()
     allocation: AllocationScope | None = None
     """The allocation work placed here is charged to (credit scope), when probed."""
+    storage: SiteStorage | None = None
+    """The site's storage and its free space, when the probe was told where it is."""
 
     def partition(self, name: str) -> PartitionSnapshot | None:
         """The first partition named ``name`` (an index built once per snapshot)."""

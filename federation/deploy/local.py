@@ -126,6 +126,7 @@ class LocalSites:
                     account=(accounts or {}).get(spec.name),
                     budget_core_hours=(budgets_core_hours or {}).get(spec.name),
                     job_check_s=JOB_CHECK_S,
+                    storage_root=str(site_storage(spec.name, self.home)),
                 )
                 for spec in self.specs
             ]
@@ -144,6 +145,7 @@ class LocalSites:
                 canceller=cancel,
                 job_check_s=JOB_CHECK_S,  # withdrawals of tasks sharing a process: by claim
                 starts_by_claims=False,  # the endpoints report starts (listen_for_starts)
+                storage_root=str(site_storage(spec.name, self.home)),
                 adopter=_adopter(service, local_endpoint_id(spec.name), task_group_id),
                 account=(accounts or {}).get(spec.name),
                 budget_core_hours=(budgets_core_hours or {}).get(spec.name),

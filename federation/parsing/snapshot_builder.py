@@ -26,6 +26,7 @@ from federation.core.snapshot import (
     PartitionSnapshot,
     SiteHealth,
     SiteSnapshot,
+    SiteStorage,
 )
 from federation.parsing.common import snippet
 from federation.parsing.hostlist import expand_hostlist
@@ -329,6 +330,7 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
         )
 
     allocation = build_allocation(probe, warnings)
+    storage = build_storage(probe, warnings)
     taken_at = _started_at(probe)
     current = now or datetime.now(UTC)
     if current.tzinfo is None:
@@ -351,7 +353,30 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
         nodes=tuple(nodes),
         jobs=tuple(jobs),
         allocation=allocation,
+        storage=storage,
     )
+
+
+def build_storage(probe: Mapping[str, Any], warnings: list[str]) -> SiteStorage | None:
+    """The probe's ``storage`` entry (the site's storage and its free space), if any; a
+    damaged one is a warning, never a failed probe."""
+    raw = probe.get("storage")
+    if raw is None:
+        return None
+    try:
+        if not isinstance(raw, dict) or not isinstance(raw.get("root"), str):
+            raise ValueError(f"expected {{root, free_bytes, total_bytes}}, got {raw!r:.80}")
+        counts = {}
+        for key in ("free_bytes", "total_bytes"):
+            v = raw.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{key} is {v!r:.40}")
+            counts[key] = v
+        error = raw.get("error")
+        return SiteStorage(root=raw["root"], error=str(error) if error else None, **counts)
+    except ValueError as e:
+        warnings.append(f"storage: {e}")
+        return None
 
 
 def _number(value: object, what: str) -> float | None:

@@ -162,6 +162,7 @@ class CloudSite(ComputeSite):
         python_mismatch: PythonMismatch = "error",
         status_ttl_s: float = 60.0,
         job_check_s: float | None = 60.0,
+        storage_root: str | None = None,
     ) -> None:
         super().__init__(
             spec,
@@ -172,6 +173,7 @@ class CloudSite(ComputeSite):
             account=account,
             budget_core_hours=budget_core_hours,
             job_check_s=job_check_s,
+            storage_root=storage_root,
         )
         self.auth = auth or AuthSettings()
         self.worker_python: str | None = None

@@ -96,8 +96,11 @@ class ComputeSite:
         online_ttl_s: float = ONLINE_TTL_S,
         job_check_s: float | None = None,
         starts_by_claims: bool = True,
+        storage_root: str | None = None,
     ) -> None:
         self.spec = spec
+        self.storage_root = storage_root
+        """The site's storage as its login node sees it (the probe reports its free space)."""
         self.account = account or spec.default_account
         """The Slurm account work here is charged to (the probe's ``sshare`` reads it)."""
         self.budget_core_hours = budget_core_hours
@@ -191,7 +194,10 @@ class ComputeSite:
             fut = ex.submit(self._probe_fn)
         else:  # the account for sshare; the budget is echoed back for the snapshot
             fut = ex.submit(
-                probe_slurm, account=self.account, budget_core_hours=self.budget_core_hours
+                probe_slurm,
+                account=self.account,
+                budget_core_hours=self.budget_core_hours,
+                storage_root=self.storage_root,
             )
         return fut
 

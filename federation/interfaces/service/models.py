@@ -307,6 +307,11 @@ class SiteSummary(Frozen):
     slurm_version: str | None = None
     probe_duration_s: float | None = None
     partitions: tuple[PartitionSummary, ...] = ()
+    storage_root: str | None = Field(
+        default=None,
+        description="the site's storage; your workspace there is workspaces/<you>/default",
+    )
+    storage_free_bytes: int | None = None
 
 
 class FederationSummary(Frozen):
@@ -350,6 +355,8 @@ def summarize(snap: FederationSnapshot) -> FederationSummary:
                 slurm_version=s.slurm_version,
                 probe_duration_s=s.health.probe_duration_s,
                 partitions=parts,
+                storage_root=s.storage.root if s.storage else None,
+                storage_free_bytes=s.storage.free_bytes if s.storage else None,
             )
         )
     age = max(0.0, (datetime.now(UTC) - snap.taken_at).total_seconds())
