@@ -23,6 +23,7 @@ from inprocess import FixedCoordinator, ThreadSite
 from federation.core.envelope import ResourceEnvelope
 from federation.core.spec import load_sites
 from federation.core.storage import site_storage
+from federation.core.workspace import workspace_rel
 from federation.interfaces.service.models import (
     EVENT_KINDS,
     GroupRequest,
@@ -130,6 +131,7 @@ def task_fields() -> dict[str, Field]:
         "kwargs": Field(omit, st.dictionaries(st.text(max_size=8), json_values, max_size=3)),
         "name": Field(omit | st.text(max_size=20), any_bad),
         "envelope": Field(good_envelopes, envelope_dicts | json_values | omit),
+        "workflow": Field(omit | st.just("wf1"), any_bad | st.text(max_size=140)),
     }
 
 
@@ -172,6 +174,8 @@ def transfer_fields() -> dict[str, Field]:
         "sync_level": Field(omit | st.sampled_from(["size", "checksum"]), any_bad),
         "verify_checksum": Field(omit | st.booleans(), json_values),
         "deadline_s": Field(omit | st.floats(1, 1e6), bad_numbers | json_values),
+        "paths": Field(omit | st.sampled_from(["workspace", "storage"]), any_bad),
+        "workflow": Field(omit | st.none() | st.just("wf1"), any_bad | st.text(max_size=140)),
     }
 
 
@@ -311,6 +315,10 @@ def build_world(home: Path, owner: str = "fuzzer") -> FuzzWorld:
     for s in sites:
         s.coord = coord
     (site_storage("local", home) / "in.txt").write_text("input\n")
+    for who in {owner, "mcp"}:  # move_data paths are relative to the caller's workspace
+        ws = site_storage("local", home) / str(workspace_rel(who))
+        ws.mkdir(parents=True, exist_ok=True)
+        (ws / "in.txt").write_text("input\n")
     ops = LocalOps(coord, refresh_s=3600)
     env = {"walltime_s": 300, "sites": ["local"]}
     task = ops.submit(

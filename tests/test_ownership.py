@@ -219,8 +219,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     )
     for s in sites:
         s.coord = coord
-    (site_storage("local", home) / "alice.txt").write_text("alice's data\n")
-    (site_storage("local", home) / "bob.txt").write_text("bob's data\n")
+    for who in ("alice", "bob"):  # in each one's own workspace (move_data's paths)
+        ws = site_storage("local", home) / "workspaces" / who / "default"
+        ws.mkdir(parents=True, exist_ok=True)
+        (ws / f"{who}.txt").write_text(f"{who}'s data\n")
     ops = LocalOps(coord, refresh_s=3600)
 
     async def get_ops() -> Operations:

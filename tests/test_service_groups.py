@@ -185,7 +185,9 @@ def test_unknown_group_and_transfer_ids(client: TestClient) -> None:
 
 
 def test_move_data_over_http(client: TestClient, storage_home: Path) -> None:
-    src = site_storage("local", storage_home) / "inputs" / "data.csv"
+    """Paths are relative to the caller's workspace on each site (the default)."""
+    ws = "workspaces/groups-test/default"
+    src = site_storage("local", storage_home) / ws / "inputs" / "data.csv"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("a,b\n1,2\n" * 1000)
     body = {
@@ -205,8 +207,40 @@ def test_move_data_over_http(client: TestClient, storage_home: Path) -> None:
     assert view["done"] and view["state"] == "succeeded", view
     assert view["detail"]["bytes_transferred"] == src.stat().st_size
     assert view["detail"]["label"] == "stage inputs"
-    dst = site_storage("delta", storage_home) / "staged" / "data.csv"
+    dst = site_storage("delta", storage_home) / ws / "staged" / "data.csv"
     assert dst.read_text() == src.read_text()
+    assert view["detail"]["destination"]["path"] == f"{ws}/staged/data.csv"
+
+
+def test_move_data_paths_from_the_storage_root_and_others_workspaces_refused(
+    client: TestClient, coord: FixedCoordinator, storage_home: Path
+) -> None:
+    shared = site_storage("local", storage_home) / "datasets" / "shared.csv"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_text("x\n" * 100)
+    body = {"source_site": "local", "source_path": "datasets/shared.csv", "dest_site": "delta"}
+    r = client.post("/v1/transfers", json=body | {"dest_path": "in.csv", "paths": "storage"})
+    assert r.status_code == 202, r.text
+    _until(client, r.json()["cursor"], [r.json()["transfer_id"]], "transfer.completed")
+    assert (site_storage("delta", storage_home) / "in.csv").read_text() == shared.read_text()
+    theirs = site_storage("local", storage_home) / "workspaces" / "bob" / "default" / "secret"
+    theirs.parent.mkdir(parents=True, exist_ok=True)
+    theirs.write_text("bob's\n")
+    seq = coord.events.last_seq
+    for change in (
+        {"source_path": "workspaces/bob/default/secret", "dest_path": "mine", "paths": "storage"},
+        {"source_path": "datasets/shared.csv", "dest_path": "workspaces/bob/x", "paths": "storage"},
+        {"source_path": str(theirs), "dest_path": "mine", "paths": "storage"},
+        {"source_path": "../../bob/default/secret", "dest_path": "mine"},
+        {"source_path": "/etc/passwd", "dest_path": "mine"},
+    ):
+        r = client.post("/v1/transfers", json=body | change)
+        assert r.status_code in (403, 422), (change, r.text)
+        assert r.json()["error"] in ("not_your_workspace", "bad_path"), r.text
+        if "workspaces/bob" in str(change) and not change["source_path"].startswith("/"):
+            assert r.status_code == 403 and "another caller's workspace" in r.json()["message"]
+    assert coord.events.last_seq == seq  # nothing started
+    assert not (site_storage("delta", storage_home) / "workspaces" / "bob").exists()
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,10 @@ class TransferPathError(TransferError, ValueError):
     """A transfer path outside a site's storage root (``..``, or absolute elsewhere)."""
 
 
+class WorkspaceAccessError(TransferPathError, PermissionError):
+    """A path into another caller's workspace: a caller's workspace is theirs."""
+
+
 class DataNotFoundError(TransferError, FileNotFoundError):
     """The source of a transfer does not exist; check the site and path."""
 

@@ -20,7 +20,9 @@ import hashlib
 import re
 import shlex
 from pathlib import PurePosixPath
+from typing import Literal
 
+from federation.core.errors import TransferPathError, WorkspaceAccessError
 from federation.core.model import Frozen
 
 WORKSPACES = "workspaces"
@@ -120,3 +122,47 @@ def split_outputs(stdout: str) -> tuple[str, list[OutputFile], int]:
         elif parts[0] == MORE_MARK and len(parts) == 2 and parts[1].isdigit():
             more = int(parts[1])
     return stdout[:cut], outputs, more
+
+
+PathBase = Literal["workspace", "storage"]
+"""How a transfer names its paths: relative to the caller's ``workspace`` on each site, or to
+the site's ``storage`` root (shared data; other callers' workspaces are refused there)."""
+
+
+def storage_path(
+    caller: str,
+    path: str,
+    paths: PathBase = "workspace",
+    workflow: str | None = None,
+    *,
+    trusted: bool = False,
+) -> str:
+    """``path`` as a path under a site's storage root, for ``caller``.
+
+    ``workspace``: relative to the caller's workspace (no absolute paths, no ``..``).
+    ``storage``: relative to the storage root as given, but a path into another caller's
+    workspace is refused (:class:`WorkspaceAccessError`): a caller's workspace is theirs.
+    An absolute path is only ``trusted`` callers' (the coordinator's own local user): it
+    could name any workspace.
+    """
+    if paths == "workspace":
+        try:
+            return str(inside(workspace_rel(caller, workflow), path))
+        except ValueError as e:
+            raise TransferPathError(str(e)) from e
+    p = PurePosixPath(path)
+    if p.is_absolute():
+        if not trusted:
+            raise TransferPathError(
+                f"{path!r} is absolute; name it relative to the site's storage root "
+                "(or, with paths='workspace', to your workspace)"
+            )
+        return path  # the transfer backend keeps it inside the root (or refuses it)
+    parts = [x for x in p.parts if x not in ("", ".")]
+    if len(parts) >= 2 and parts[0] == WORKSPACES and parts[1] != folder_name(caller):
+        raise WorkspaceAccessError(
+            f"{path!r} is in another caller's workspace ({WORKSPACES}/{parts[1]}); a caller "
+            f"reads and writes only their own ({WORKSPACES}/{folder_name(caller)}). Ask its "
+            "owner to move the data to a shared folder of the storage root"
+        )
+    return path

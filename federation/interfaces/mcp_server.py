@@ -28,6 +28,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.snapshot import FederationSnapshot
+from federation.core.workspace import PathBase
 from federation.interfaces.mcp_strict import StrictMCPServer, argument_errors, bad_arguments
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
@@ -77,9 +78,13 @@ passing back the cursor it returns, until a task.completed or task.failed event 
 get_result(task_id) for the output (also the resource federation://tasks/{task_id}; the
 whole snapshot is federation://snapshot). A task is a shell `command` or a catalog `function`
 (list_functions) with JSON arguments. Related tasks: submit_group (one group_id; await
-its events with task_ids=[group_id]; get_group). Data between sites: move_data (a
-transfer_id; await transfer.* events; get_transfer). Nothing here blocks except
-await_event, and that at most its timeout_s."""
+its events with task_ids=[group_id]; get_group). Files: each of your tasks runs in your
+workspace on its site (a shell task's working directory; $FEDERATION_WORKSPACE), and
+get_result lists the files it wrote there (`outputs`, paths relative to the workspace).
+Name those paths in move_data (a transfer_id; await transfer.* events; get_transfer), or
+as a later task's envelope `stage_in` inputs ({site, path, size_bytes}): the coordinator
+then moves them to wherever that task is placed before it starts. Nothing here blocks
+except await_event, and that at most its timeout_s."""
 
 AwaitOps = Callable[[], Awaitable[Operations]]
 TASK_HINT = (
@@ -88,7 +93,8 @@ TASK_HINT = (
 )
 GROUP_HINT = f"fix the named children: each is a submit_task call's arguments. {TASK_HINT}"
 TRANSFER_HINT = (
-    "name sites inspect_federation lists, and paths relative to each site's storage root"
+    "name sites inspect_federation lists, and paths relative to your workspace there "
+    "(as get_result's `outputs` list them), or with paths='storage' to the storage root"
 )
 
 
@@ -191,7 +197,8 @@ def build_server(
         annotations=_annotations("Inspect the federation", read_only=True),
         description=(
             "Show every site and partition of the federation: reachable or not (with the "
-            "error), CPUs/memory/GPUs total and idle, running and pending jobs, max walltime. "
+            "error), CPUs/memory/GPUs total and idle, running and pending jobs, max walltime, "
+            "its storage (free bytes) and your `workspace` there (where your tasks run). "
             "Answers at once from the freshest probe, with `age_s` (how old it is; an old one "
             "is refreshed in the background: ask again for the newer one). Right after the "
             "server starts, status may be `probing` (no probe back yet): ask again in a few "
@@ -200,12 +207,13 @@ def build_server(
     )
     async def inspect_federation(
         refresh: Annotated[bool, Field(description="probe the sites now (slower)")] = False,
+        ctx: Context | None = None,
     ) -> FederationView:
         if refresh:
             await get_ops()
             await _run(snapshots.refresh_now)
         view: FederationView = await anyio.to_thread.run_sync(snapshots.view)
-        return view
+        return view.for_caller(caller_of(ctx))
 
     @mcp.tool(
         title="List catalog functions",
@@ -256,9 +264,13 @@ def build_server(
             "decision trace (why this site, why not each other) and `cursor`. Give exactly "
             "one of `command` (a shell command run in the Slurm allocation) or `function` "
             "(a catalog name from list_functions, with JSON `args`/`kwargs`). Then call "
-            "await_event(after=cursor, task_ids=[task_id]). Fails, with nothing submitted, "
-            "on a bad envelope or arguments, or when no site can host the envelope (the "
-            "error gives the reason per site)."
+            "await_event(after=cursor, task_ids=[task_id]). The task runs in your workspace "
+            "on its site (a command's working directory; $FEDERATION_WORKSPACE). Inputs "
+            "elsewhere: list them in the envelope's `stage_in` ({site, path in your "
+            "workspace there, size_bytes}); placement counts moving them, and the task starts "
+            "once they arrived (task.staging, task.staged events). Fails, with nothing "
+            "submitted, on a bad envelope or arguments, or when no site can host the envelope "
+            "(the error gives the reason per site)."
         ),
     )
     async def submit_task(
@@ -275,6 +287,10 @@ def build_server(
             dict[str, JsonValue] | None, Field(description="keyword arguments of `function`")
         ] = None,
         name: Annotated[str, Field(max_length=200, description="a label for the task")] = "",
+        workflow: Annotated[
+            str | None,
+            Field(max_length=128, description="run in this named workflow's workspace"),
+        ] = None,
         ctx: Context | None = None,
     ) -> SubmitResponse:
         try:
@@ -285,6 +301,7 @@ def build_server(
                 kwargs=kwargs or {},
                 name=name,
                 envelope=envelope,
+                workflow=workflow,
             )
         except ValidationError as e:
             raise bad_arguments(argument_errors(e), TASK_HINT) from e
@@ -361,7 +378,9 @@ def build_server(
         description=(
             "Start copying a file or directory from one site's storage to another's (Globus "
             "Transfer); returns AT ONCE with transfer_id, its state and `cursor`, before any "
-            "byte moves. Paths are relative to each site's storage root. Then "
+            "byte moves. Paths are relative to your workspace on each site (where your "
+            "tasks run; get_result's `outputs` name the files a task wrote there), or with "
+            "paths='storage' to the site's storage root (shared data). Then "
             "await_event(after=cursor, task_ids=[transfer_id]) for transfer.progress, "
             "transfer.completed or transfer.failed; get_transfer for the details. Use it to "
             "stage inputs where a task will run, or bring results back."
@@ -381,6 +400,16 @@ def build_server(
         deadline_s: Annotated[
             float | None, Field(gt=0, description="give up after this many seconds")
         ] = None,
+        paths: Annotated[
+            PathBase,
+            Field(
+                description="workspace (default): relative to your workspace; storage: "
+                "relative to the storage root"
+            ),
+        ] = "workspace",
+        workflow: Annotated[
+            str | None, Field(max_length=128, description="a named workflow's workspace")
+        ] = None,
         ctx: Context | None = None,
     ) -> TransferResponse:
         try:
@@ -393,6 +422,8 @@ def build_server(
                 sync_level=sync_level,
                 verify_checksum=verify_checksum,
                 deadline_s=deadline_s,
+                paths=paths,
+                workflow=workflow,
             )
         except ValidationError as e:
             raise bad_arguments(argument_errors(e), TRANSFER_HINT) from e
@@ -424,7 +455,9 @@ def build_server(
             "placement, at once; it does not wait. Once done, `result` holds the manifest: "
             "value (when JSON, else value_repr), error and remote_traceback, "
             "stdout/stderr/returncode for commands, Slurm job id, queue wait and runtime, "
-            "and its events. To wait for a task, use await_event."
+            "`outputs` (the files it created or changed in your workspace: path relative to "
+            "it, size, sha256; name them in move_data or a later task's stage_in), and its "
+            "events. To wait for a task, use await_event."
         ),
     )
     async def get_result(

@@ -48,6 +48,10 @@ class FederationView(Frozen):
     message: str = ""
     sites: tuple[SiteSummary, ...] = ()
 
+    def for_caller(self, caller: str) -> FederationView:
+        """This view as ``caller`` sees it: each site with their workspace."""
+        return self.model_copy(update={"sites": tuple(s.for_caller(caller) for s in self.sites)})
+
 
 class SnapshotKeeper:
     """Keeps the freshest snapshot ``probe`` gives, refreshing it on a worker thread.

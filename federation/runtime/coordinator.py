@@ -23,6 +23,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import FederationError, TaskFailedError, UnknownSiteError
 from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import ShellTask, TaskSpec, check_serializable
+from federation.core.workspace import PathBase, storage_path
 from federation.placement.candidates import PlacementDecision
 from federation.placement.decide import place
 from federation.placement.drafting import EnvelopeDraft, TaskHints, draft_envelope
@@ -46,6 +47,7 @@ from federation.runtime.results import DEFAULT_INLINE_LIMIT_BYTES, StorageRoot
 from federation.runtime.retries import Retries
 from federation.runtime.rows import finished_handle
 from federation.runtime.shipping import Shipping
+from federation.runtime.staging import Staging
 from federation.runtime.store import Store
 from federation.runtime.telemetry import Telemetry
 from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate
@@ -146,8 +148,9 @@ class Coordinator:
         self._retries = Retries(self, reg, life, self._shipping)
         self._hedging = Hedging(self, reg, life, self._shipping, self._retries)
         self._reports = Reports(self, reg, life, self._hedging, self._retries)
-        self._holds = Holds(self, reg, life, self._hedging)
-        self._recovery = Recovery(self, reg, life, self._hedging, self._holds)
+        self._staging = Staging(self, life, self._hedging)
+        self._holds = Holds(self, reg, life, self._staging)
+        self._recovery = Recovery(self, reg, life, self._hedging, self._holds, self._staging)
         self.late_board = LateBoard(self._hedging.queued_copies)
         """Our own copies still queued past their predictions
         (:mod:`federation.placement.lateness`)."""
@@ -234,8 +237,14 @@ class Coordinator:
         caller: str = LOCAL_CALLER,
         milestones: Milestones | Iterable[str] | None = None,
         hooks: Iterable[Hook] = (),
+        workflow: str | None = None,
     ) -> TaskHandle:
         """Place ``task`` within ``envelope`` and ship it; returns at once with a handle.
+
+        The task runs in ``caller``'s workspace on its site (``workflow``'s, when named:
+        :mod:`federation.core.workspace`). Inputs the envelope's ``stage_in`` names on other
+        sites (paths in that workspace) are moved to the chosen site first, and the task is
+        shipped when they have arrived (:mod:`federation.runtime.staging`).
 
         Raises :class:`BadEnvelopeError`, :class:`NoFeasibleSiteError` (with a reason per
         site), :class:`SerializationError` or :class:`PolicyViolationError` (``caller``'s
@@ -269,6 +278,7 @@ class Coordinator:
             bus=self.events,
             task=task,
             caller=caller,
+            workflow=workflow,
         )
         handle.wants = Milestones.of(milestones)
         if on_event is not None:
@@ -278,7 +288,7 @@ class Coordinator:
         if verdict.held:
             return self._holds.hold(handle, task, caller, verdict)
         crash_point("placed")
-        return self._hedging.ship(handle, task, policy, snap)
+        return self._staging.ship(handle, task, policy, snap)
 
     def _placer(self) -> Policy:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
@@ -335,6 +345,8 @@ class Coordinator:
             return True
         if h.copies and not h.attempts:  # hedged (a retry after the race ships one copy)
             return self._hedging.cancel_copies(h, reason)
+        if self._staging.cancel(h, reason):  # its inputs were still moving: never shipped
+            return True
         if h.done or h.compute_task_id is None:
             return False
         h.cancel_reason = reason  # the site's own 'cancelled' result may arrive first
@@ -489,10 +501,15 @@ class Coordinator:
         deadline_s: float | None = None,
         on_event: EventCallback | None = None,
         caller: str = LOCAL_CALLER,
+        paths: PathBase = "storage",
+        workflow: str | None = None,
     ) -> TransferHandle:
         """Copy a file or folder from one site's storage to another's; returns at once.
 
-        Paths are relative to each site's storage root. The transfer is recorded before
+        ``paths="storage"``: paths are relative to each site's storage root (a path into
+        another caller's workspace is refused). ``paths="workspace"``: relative to
+        ``caller``'s workspace there (``workflow``'s, when given), where their tasks run and
+        the paths in a result's ``outputs`` are relative to. The transfer is recorded before
         this returns; ``transfer.submitted``, ``transfer.progress`` and then
         ``transfer.completed`` or ``transfer.failed`` (with the reason) follow as events.
         Unknown sites, paths outside a storage root and a missing source raise a
@@ -501,9 +518,14 @@ class Coordinator:
         """
         from federation.transfer import DataRef, TransferRequest
 
+        trusted = caller == LOCAL_CALLER
+
+        def where(path: str) -> str:
+            return storage_path(caller, path, paths, workflow, trusted=trusted)
+
         request = TransferRequest(
-            source=DataRef(site=source_site, path=source_path),
-            destination=DataRef(site=dest_site, path=dest_path),
+            source=DataRef(site=source_site, path=where(source_path)),
+            destination=DataRef(site=dest_site, path=where(dest_path)),
             label=label,
             sync_level=sync_level,
             verify_checksum=verify_checksum,

@@ -21,6 +21,8 @@ without ``--service``), and every record written before records carried an owner
 
 EventKind = Literal[
     "task.queued",
+    "task.staging",
+    "task.staged",
     "task.started",
     "task.completed",
     "task.failed",

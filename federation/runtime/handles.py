@@ -188,6 +188,8 @@ class TaskHandle:
     notes: list[str] = field(default_factory=list)
     caller: str = "local"
     """Whose task it is: every further copy or retry is put to that caller's policy too."""
+    workflow: str | None = None
+    """The caller's named workflow whose workspace it runs in (None: the caller's own)."""
     refused: set[Shape] = field(default_factory=set)
     """Shapes the caller's policy refused a further copy or retry on (not proposed again)."""
     copies: list[TaskCopy] = field(default_factory=list)

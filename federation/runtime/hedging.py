@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from federation.core.errors import FederationError
 from federation.core.failures import classify
+from federation.core.workspace import workspace_rel
 from federation.placement.lateness import QueuedCopy
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, stream_lost
@@ -124,6 +125,7 @@ class Hedging:
         detail = {
             "shape": shape.describe(),
             "predicted_wait_s": decision.chosen.predicted_wait_s,
+            "workspace": str(workspace_rel(handle.caller, handle.workflow)),
             "hedges": [
                 {"shape": c.shape.describe(), "predicted_wait_s": c.predicted_wait_s}
                 for c in decision.hedges

@@ -13,16 +13,17 @@ from federation.security import LOCAL_CALLER, HeldTask, PolicyOutcome
 if TYPE_CHECKING:
     from federation.core.tasks import TaskSpec
     from federation.runtime.context import Runtime
-    from federation.runtime.hedging import Hedging
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
+    from federation.runtime.staging import Staging
 
 
 class Holds:
     """Holds, approves and rejects tasks (``policy.unresolved``, ``.approved``,
-    ``.rejected``); approved ones are shipped through ``hedging``."""
+    ``.rejected``); approved ones are shipped through ``hedging`` (a :class:`Staging`:
+    their inputs are moved first)."""
 
-    def __init__(self, rt: Runtime, reg: TaskRegistry, life: Lifecycle, hedging: Hedging) -> None:
+    def __init__(self, rt: Runtime, reg: TaskRegistry, life: Lifecycle, hedging: Staging) -> None:
         self.rt = rt
         self.reg = reg
         self.life = life

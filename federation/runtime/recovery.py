@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from federation.runtime.holds import Holds
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
+    from federation.runtime.staging import Staging
 
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,14 @@ class Recovery:
         life: Lifecycle,
         hedging: Hedging,
         holds: Holds,
+        staging: Staging,
     ) -> None:
         self.rt = rt
         self.reg = reg
         self.life = life
         self.hedging = hedging
         self.holds = holds
+        self.staging = staging
         self.finished_ids: list[str] = []
         """Tasks the store has as finished at the latest restart (read back on demand)."""
         self.settlement = Settlement()
@@ -398,9 +401,13 @@ class Recovery:
             else f"in flight to {shape.site} when the coordinator stopped; withdrawn there by "
             "its claim before it could run: shipped again"
         )
+        task = h.task
+        assert task is not None  # only a task with its spec is shipped again
+        needs = self.staging.needs(h)
+        if needs:  # its inputs may not have arrived: staged again (arrived ones are skipped)
+            self.staging.stage(h, task, needs)
+            return
         try:
-            task = h.task
-            assert task is not None  # only a task with its spec is shipped again
             fut = shipping.send(
                 h, lambda: shipping.submit_to(h, task, shape, generation=h._generation)
             )

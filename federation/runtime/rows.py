@@ -41,6 +41,7 @@ def task_row(h: TaskHandle, task: TaskSpec) -> dict[str, Any]:
         "submitted_at": h.submitted_at.isoformat(),
         "milestones": h.wants.model_dump_json() if h.wants else None,
         "owner": h.caller,
+        "workflow": h.workflow,
         "spec": dump_spec(task),
     }
 
@@ -143,6 +144,7 @@ def handle_from_row(row: dict[str, Any], bus: EventBus, *, own: bool = True) -> 
         error=row["error"],
         remote_traceback=row["remote_traceback"] or "",
         caller=row.get("owner") or DEFAULT_OWNER,
+        workflow=row.get("workflow"),
     )
     if own:  # a handle the coordinator takes back into memory (a restart)
         bus.set_owner(h.id, h.caller)

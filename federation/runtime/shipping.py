@@ -56,6 +56,14 @@ class Shipping:
 
     def ship_once(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
         """Record ``handle`` (``task.queued``) and submit it to its one site."""
+        self.record(handle, task)
+        return self.dispatch(handle, task)
+
+    def record(
+        self, handle: TaskHandle, task: TaskSpec, extra: dict[str, Any] | None = None
+    ) -> None:
+        """Record ``handle`` as queued on its one site (durable, ``task.queued`` with the
+        placement, its workspace and ``extra``), not yet handed to the site."""
         decision = handle.decision
         shape = decision.chosen.shape
         store = self.rt.store
@@ -73,9 +81,15 @@ class Shipping:
         detail = {
             "shape": shape.describe(),
             "predicted_wait_s": decision.chosen.predicted_wait_s,
+            "workspace": str(workspace_rel(handle.caller, handle.workflow)),
+            **(extra or {}),
         }
         self.life.queue(handle, detail, persist, register)
         crash_point("recorded")
+
+    def dispatch(self, handle: TaskHandle, task: TaskSpec) -> TaskHandle:
+        """Hand a recorded task to its site (its failure fails the task, and raises)."""
+        shape = handle.decision.chosen.shape
         try:
             fut = self.send(handle, lambda: self.submit_to(handle, task, shape))
         except Exception as e:
@@ -155,7 +169,7 @@ class Shipping:
         site = h.site
         if copy is not None:  # each copy spills to its own site, under its own name
             name, site = f"{h.id}-{len(h.attempts) + 1}.copy{copy.index}.result", copy.site
-        ws = workspace_rel(h.caller)
+        ws = workspace_rel(h.caller, h.workflow)
         return shipped(task, site, name, self.rt.result_storage, self.rt.inline_limit_bytes, ws)
 
     def admit(

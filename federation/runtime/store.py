@@ -100,7 +100,6 @@ _COLUMNS_ADDED = {
         "milestones": "TEXT",  # JSON: federation.runtime.milestones.Milestones
         # JSON: federation.runtime.results.ResultRef (a result spilled to storage)
         "value_ref": "TEXT",
-        "outputs": "TEXT",  # JSON: the workspace files a task wrote (federation.core.workspace)
         "accounting": "TEXT",  # JSON: federation.runtime.provenance.Accounting
         "attempts": "TEXT",  # JSON list: earlier attempts (site, failure, Slurm job id)
         "owner": _OWNER,
@@ -183,6 +182,16 @@ def _task_notes(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE tasks ADD COLUMN notes TEXT")
 
 
+def _workspace_columns(db: sqlite3.Connection) -> None:
+    """Migration 8: a task's workspace files (``outputs``, JSON: path, size, sha256 per file
+    and the count left out; :mod:`federation.core.workspace`) and the caller's named
+    ``workflow`` whose workspace it ran in (NULL: the caller's own)."""
+    have = columns(db, "tasks")
+    for col in ("outputs", "workflow"):
+        if col not in have:
+            db.execute(f"ALTER TABLE tasks ADD COLUMN {col} TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     _SCHEMA,
     _adopt_unversioned,
@@ -191,6 +200,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _HOOKS,
     _EVENTS_BY_RECORD,
     _task_notes,
+    _workspace_columns,
 )
 """The state store's schema, version by version (``PRAGMA user_version``): append, never
 edit a released step."""

@@ -48,6 +48,7 @@ from federation.placement.drafting import EnvelopeDraft
 from federation.runtime.catalog import Catalog, FunctionInfo
 from federation.runtime.coordinator import Coordinator
 from federation.security.globus_callers import AuthUnavailable, CallerRefused, GlobusCallers
+from federation.security.policy import LOCAL_CALLER
 from federation.security.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
@@ -368,12 +369,13 @@ def create_app(
         responses={200: {"model": FederationSnapshot}},
     )
     def federation(
-        view: Literal["full", "summary"] = "full", refresh: bool = False
+        request: Request, view: Literal["full", "summary"] = "full", refresh: bool = False
     ) -> FederationSnapshot | FederationSummary:
         """The last snapshot of every site (refreshed every few seconds; ``refresh`` probes
-        now, which takes seconds). ``view=summary`` drops nodes and jobs."""
+        now, which takes seconds). ``view=summary`` drops nodes and jobs and shows the
+        caller's workspace on each site."""
         snap = local.inspect(refresh)
-        return summarize(snap) if view == "summary" else snap
+        return summarize(snap, caller(request) or LOCAL_CALLER) if view == "summary" else snap
 
     @app.get("/v1/functions", dependencies=auth)
     def functions() -> list[FunctionInfo]:

@@ -17,6 +17,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.json_values import json_value
 from federation.core.model import Frozen
 from federation.core.snapshot import FederationSnapshot
+from federation.core.workspace import OutputFile, PathBase, workspace_rel
 from federation.placement.candidates import PlacementDecision
 from federation.placement.drafting import TaskHints
 from federation.runtime.events import Event, EventKind
@@ -67,7 +68,14 @@ class TaskRequest(Frozen):
     )
     name: str = Field(default="", max_length=200, description="a label for the task")
     envelope: ResourceEnvelope = Field(
-        description="resource bounds the task can run within (see draft_envelope)"
+        description="resource bounds the task can run within (see draft_envelope); its "
+        "`stage_in` names inputs in your workspace on other sites, moved before it starts"
+    )
+    workflow: str | None = Field(
+        default=None,
+        max_length=128,
+        description="a named workflow: the task runs in that workspace of yours "
+        "(default: your own workspace)",
     )
 
     @field_validator("command")
@@ -128,6 +136,12 @@ class TaskResultView(Frozen):
     completed_at: datetime
     queue_wait_s: float | None = None
     runtime_s: float | None = None
+    outputs: tuple[OutputFile, ...] = Field(
+        default=(),
+        description="files the task created or changed in its workspace (path relative to "
+        "it, size, sha256): name them in move_data or a later task's stage_in",
+    )
+    outputs_more: int = Field(default=0, description="further outputs not listed")
     events: tuple[Event, ...] = ()
 
 
@@ -149,6 +163,10 @@ class TaskStatus(Frozen):
     submitted_at: datetime
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    workspace: str = Field(
+        default="",
+        description="the workspace it runs in, under its site's storage root",
+    )
     result: TaskResultView | None = None
 
 
@@ -245,11 +263,22 @@ class TransferRequest(Frozen):
 
     source_site: str = Field(min_length=1, max_length=100, description="site to copy from")
     source_path: str = Field(
-        min_length=1, max_length=4096, description="path on the source site's collection"
+        min_length=1, max_length=4096, description="path on the source site (see `paths`)"
     )
     dest_site: str = Field(min_length=1, max_length=100, description="site to copy to")
     dest_path: str = Field(
-        min_length=1, max_length=4096, description="path on the destination site's collection"
+        min_length=1, max_length=4096, description="path on the destination site (see `paths`)"
+    )
+    paths: PathBase = Field(
+        default="workspace",
+        description="`workspace` (default): both paths are relative to your workspace on "
+        "each site, as a task's result `outputs` name them; `storage`: relative to the "
+        "site's storage root (shared data; other callers' workspaces are refused)",
+    )
+    workflow: str | None = Field(
+        default=None,
+        max_length=128,
+        description="the named workflow whose workspace the paths are in (default: yours)",
     )
     label: str | None = Field(default=None, max_length=128, description="a label for it")
     sync_level: SyncLevel = Field(
@@ -312,6 +341,18 @@ class SiteSummary(Frozen):
         description="the site's storage; your workspace there is workspaces/<you>/default",
     )
     storage_free_bytes: int | None = None
+    workspace: str | None = Field(
+        default=None,
+        description="your workspace on this site: where your tasks run and the paths of "
+        "move_data, stage_in and a result's outputs are relative to",
+    )
+
+    def for_caller(self, caller: str, workflow: str | None = None) -> SiteSummary:
+        """This site as ``caller`` sees it: with their workspace."""
+        if self.storage_root is None:
+            return self
+        ws = f"{self.storage_root.rstrip('/')}/{workspace_rel(caller, workflow)}"
+        return self.model_copy(update={"workspace": ws})
 
 
 class FederationSummary(Frozen):
@@ -325,7 +366,8 @@ class FederationSummary(Frozen):
 # --- conversions ------------------------------------------------------------------------------
 
 
-def summarize(snap: FederationSnapshot) -> FederationSummary:
+def summarize(snap: FederationSnapshot, caller: str | None = None) -> FederationSummary:
+    """The snapshot, compacted (with ``caller``'s workspace on each site, when given)."""
     sites = []
     for s in snap.sites:
         parts = tuple(
@@ -359,6 +401,8 @@ def summarize(snap: FederationSnapshot) -> FederationSummary:
                 storage_free_bytes=s.storage.free_bytes if s.storage else None,
             )
         )
+    if caller is not None:
+        sites = [s.for_caller(caller) for s in sites]
     age = max(0.0, (datetime.now(UTC) - snap.taken_at).total_seconds())
     return FederationSummary(taken_at=snap.taken_at, age_s=round(age, 3), sites=tuple(sites))
 
@@ -400,6 +444,8 @@ def result_view(r: TaskResult, runtime_s: float | None) -> TaskResultView:
         completed_at=r.completed_at,
         queue_wait_s=r.queue_wait_s,
         runtime_s=runtime_s,
+        outputs=r.outputs,
+        outputs_more=r.outputs_more,
         events=r.events,
     )
 
@@ -422,6 +468,7 @@ def task_status(h: TaskHandle) -> TaskStatus:
         submitted_at=h.submitted_at,
         started_at=h.started_at,
         completed_at=h.completed_at,
+        workspace=str(workspace_rel(h.caller, h.workflow)),
         result=result,
     )
 

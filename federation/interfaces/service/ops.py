@@ -201,7 +201,11 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         cursor = self.owners.cursor(self.owners.who(caller))
         try:
             handle = self.coord.submit_task(
-                task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
+                task,
+                req.envelope,
+                snapshot=snap,
+                caller=caller or LOCAL_CALLER,
+                workflow=req.workflow,
             )
         except NoFeasibleSiteError as e:
             raise self._no_site(e, req, snap) from e

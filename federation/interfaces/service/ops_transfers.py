@@ -8,6 +8,7 @@ import threading
 from typing import Protocol, cast
 
 from federation.core.errors import FederationError
+from federation.core.workspace import PathBase
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
     TransferLike,
@@ -41,6 +42,8 @@ class _Mover(Protocol):
         verify_checksum: bool = True,
         deadline_s: float | None = None,
         caller: str = LOCAL_CALLER,
+        paths: PathBase = "storage",
+        workflow: str | None = None,
     ) -> TransferLike: ...
 
     def get_transfer(self, transfer_id: str) -> TransferLike: ...
@@ -87,6 +90,8 @@ class TransferOps:
                 verify_checksum=req.verify_checksum,
                 deadline_s=req.deadline_s,
                 caller=who.name,
+                paths=req.paths,
+                workflow=req.workflow,
             )
         except Exception as e:
             raise translate(e) from e

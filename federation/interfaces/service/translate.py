@@ -15,6 +15,7 @@ from federation.core.errors import (
     TransferPathError,
     TransferUnavailableError,
     UnknownSiteError,
+    WorkspaceAccessError,
 )
 from federation.interfaces.service.errors import OpsError
 from federation.runtime.catalog import CatalogError
@@ -64,6 +65,10 @@ def translate(e: BaseException) -> OpsError:
         return OpsError(422, "bad_envelope", str(e), "fix the named bound and resubmit")
     if isinstance(e, SerializationError):
         return OpsError(422, "not_serializable", str(e), "pass plain JSON arguments")
+    if isinstance(e, WorkspaceAccessError):
+        return OpsError(
+            403, "not_your_workspace", str(e), "name paths in your own workspace, or shared data"
+        )
     if isinstance(e, TransferPathError):
         return OpsError(
             422, "bad_path", str(e), "give a path inside the site's storage, without `..`"
