@@ -7,8 +7,10 @@ Once placed, a task whose inputs are all on its site ships at once; otherwise it
 as queued (durable, ``task.queued``), one transfer per input starts to the same workspace
 path on the chosen site (``task.staging`` names them), and the task is handed to its site
 when the last one has arrived (``task.staged``, with how long the data took) -- from the
-transfers' own events, never by polling. A transfer that fails fails the task, naming the
-input and why; cancelling the task while its inputs move fails it at once.
+transfers' own events, never by polling. An input that is missing (or on a site no transfer
+reaches) is refused by ``submit_task`` with nothing recorded; a transfer that fails later
+fails the task, naming the input and why; cancelling the task while its inputs move fails
+it at once.
 
 A staged task runs as one copy (its inputs go to one site), so its decision's hedges are
 dropped. After a restart, a recorded task that was never handed to its site is staged
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from federation.runtime.handles import TaskHandle
     from federation.runtime.hedging import Hedging
     from federation.runtime.lifecycle import Lifecycle
+    from federation.transfer import TransferRequest
 
 
 class _Staged:
@@ -84,27 +87,43 @@ class Staging:
         if handle.decision.hedges:
             handle.decision = handle.decision.model_copy(update={"hedges": ()})
             handle.notes.append("not hedged: its inputs are staged to the chosen site only")
+        for d, request in zip(needs, self._requests(handle, needs), strict=True):
+            try:  # a missing input or a site no transfer reaches: raised, nothing recorded
+                manager = self.rt.transfers
+                manager.backend_for(d.site, handle.site, handle.caller).validate(request)
+            except FederationError as e:
+                raise type(e)(
+                    f"input {d.site}:{d.path} cannot be staged to {handle.site}: {e}"
+                ) from e
         inputs = [f"{d.site}:{d.path}" for d in needs]
         self.hedging.shipping.record(handle, task, {"stage_in": inputs})
         self.stage(handle, task, needs)
         return handle
 
-    def stage(self, handle: TaskHandle, task: TaskSpec, needs: list[StageIn]) -> None:
-        """Start one transfer per input to the task's site; ship it when all arrived."""
+    @staticmethod
+    def _requests(handle: TaskHandle, needs: list[StageIn]) -> list[TransferRequest]:
+        """One transfer per input, to the same path in the workspace on the task's site."""
         from federation.transfer import DataRef, TransferRequest
 
         ws = workspace_rel(handle.caller, handle.workflow)
-        entry = _Staged(handle, task, len(needs))
-        with self._lock:
-            self._open[handle.id] = entry
-        started: list[str] = []
-        for d in needs:
-            request = TransferRequest(
+        return [
+            TransferRequest(
                 source=DataRef(site=d.site, path=str(ws / d.path)),
                 destination=DataRef(site=handle.site, path=str(ws / d.path)),
                 label=f"stage-in {handle.label or handle.id[:8]}"[:128],
                 sync_level="checksum",
             )
+            for d in needs
+        ]
+
+    def stage(self, handle: TaskHandle, task: TaskSpec, needs: list[StageIn]) -> None:
+        """Start one transfer per input to the task's site; ship it when all arrived."""
+        ws = workspace_rel(handle.caller, handle.workflow)
+        entry = _Staged(handle, task, len(needs))
+        with self._lock:
+            self._open[handle.id] = entry
+        started: list[str] = []
+        for d, request in zip(needs, self._requests(handle, needs), strict=True):
             try:
                 th = self.rt.transfers.submit(
                     request, on_event=lambda ev: self._on_transfer(entry, ev), owner=handle.caller
