@@ -132,12 +132,17 @@ def test_move_wait_shows_progress_and_copies(env: str, home: Path) -> None:
     src = site_storage("local", home) / "in" / "table.csv"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("x,y\n" * 5000)
-    r = runner.invoke(APP, ["move", "local:in/table.csv", "delta:staged/table.csv", "--wait"])
+    r = runner.invoke(
+        APP, ["move", "local:in/table.csv", "delta:staged/table.csv", "--wait", "--paths=storage"]
+    )
     assert r.exit_code == EXIT_OK, r.output
     out = _flat(r.output)
     assert "transfer.submitted" in out and "transfer.completed" in out
     assert "succeeded" in out and "local:in/table.csv -> delta:staged/table.csv" in out
     assert (site_storage("delta", home) / "staged" / "table.csv").read_text() == src.read_text()
+    ws = site_storage("local", home) / "workspaces" / "cli-test" / "default" / "in"
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "table.csv").write_text(src.read_text())  # the default: paths in your workspace
     r = runner.invoke(APP, ["move", "local:in/table.csv", "delta:staged/t2.csv", "--json"])
     assert r.exit_code == EXIT_OK, r.output
     tid = json.loads(r.stdout)["transfer_id"]
@@ -145,6 +150,10 @@ def test_move_wait_shows_progress_and_copies(env: str, home: Path) -> None:
     assert r.exit_code == EXIT_OK, r.output
     r = runner.invoke(APP, ["result", tid, "--json"])
     assert json.loads(r.stdout)["state"] == "succeeded"
+    moved = (
+        site_storage("delta", home) / "workspaces" / "cli-test" / "default" / "staged" / "t2.csv"
+    )
+    assert moved.read_text() == src.read_text()
 
 
 @pytest.mark.parametrize(
@@ -153,6 +162,8 @@ def test_move_wait_shows_progress_and_copies(env: str, home: Path) -> None:
         (["move", "local:../../etc/passwd", "delta:x"], "bad_path"),
         (["move", "local:no/such", "delta:x"], "data_not_found"),
         (["move", "nocolon", "delta:x"], "not SITE:PATH"),
+        (["move", "--paths=storage", "local:workspaces/bob/default/x", "delta:x"], "not_your"),
+        (["move", "--paths=sideways", "local:x", "delta:x"], "paths"),
         (["result", "no-such-id"], "unknown_id"),
         (["watch", "no-such-id"], "unknown_task"),
         (["group", "--cmd", "true", "--gpus", "64"], "no_feasible_site"),

@@ -340,7 +340,8 @@ def test_stdio_group_and_move_data(home: Path) -> None:
     """submit_group and move_data through a real MCP client session over stdio."""
     from federation.core.storage import site_storage
 
-    src = site_storage("local", home) / "mcp-test" / "input.txt"
+    ws = "workspaces/mcp/default"  # the stdio caller's workspace: move_data's paths
+    src = site_storage("local", home) / ws / "mcp-test" / "input.txt"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("staged by an agent\n" * 100)
     params = StdioServerParameters(
@@ -404,7 +405,8 @@ def test_stdio_group_and_move_data(home: Path) -> None:
     assert kinds[-1] == "group.round_terminal" and kinds.count("task.completed") == 2, kinds
     assert view["done"] and {c["state"] for c in view["children"]} == {"completed"}
     assert tv["state"] == "succeeded"
-    assert (site_storage("delta", home) / "mcp-test" / "input.txt").read_text() == src.read_text()
+    dst = site_storage("delta", home) / ws / "mcp-test" / "input.txt"
+    assert dst.read_text() == src.read_text()
 
 
 # --- without Slurm: the in-process federation, an in-memory MCP client session ---------------

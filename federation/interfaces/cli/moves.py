@@ -41,6 +41,16 @@ def move(
     ] = "checksum",
     verify_checksum: Annotated[bool, typer.Option(help="verify checksums after copying")] = True,
     deadline_s: Annotated[float | None, typer.Option(help="give up after this long")] = None,
+    paths: Annotated[
+        str,
+        typer.Option(
+            help="workspace: PATHs are relative to your workspace on each site (where your "
+            "tasks run); storage: relative to the site's storage root (shared data)"
+        ),
+    ] = "workspace",
+    workflow: Annotated[
+        str | None, typer.Option(help="with --paths workspace: a named workflow's workspace")
+    ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", "-w", help="show progress until the transfer ends")
     ] = False,
@@ -53,8 +63,11 @@ def move(
 ) -> None:
     """Copy a file or directory from one site's storage to another's.
 
-    Paths are relative to each site's storage root (its Globus collection; locally
-    $FEDERATION_HOME/storage/SITE). Returns once the transfer is recorded and started; with
+    Paths are relative to your workspace on each site (workspaces/YOU/default under its
+    storage root, where your tasks run and their results' outputs are named), or with
+    --paths storage to the storage root itself (its Globus collection; locally
+    $FEDERATION_HOME/storage/SITE), where other callers' workspaces are refused. Returns
+    once the transfer is recorded and started; with
     --wait it shows progress (files, bytes) until it ends. With --service it runs on the
     coordinator service (follow it later with `watch TRANSFER_ID`).
 
@@ -74,6 +87,8 @@ def move(
             sync_level=sync_level,  # type: ignore[arg-type]
             verify_checksum=verify_checksum,
             deadline_s=deadline_s,
+            paths=paths,  # type: ignore[arg-type]
+            workflow=workflow,
         )
     except ValidationError as e:
         raise fail(pydantic_message(e), as_json) from e
