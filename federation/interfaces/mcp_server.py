@@ -317,7 +317,10 @@ def build_server(
         description=(
             "Submit related tasks as a group; returns AT ONCE with group_id, each child's "
             "name, task_id and placement, and `cursor`. Each child is like a submit_task "
-            "call (`command` or `function` + `args`/`kwargs`, `envelope`, `name`). With "
+            "call (`command` or `function` + `args`/`kwargs`, `envelope`, `name`); a child's "
+            "`needs` ([{child, path}]) names siblings' output files it reads: it is placed "
+            "once they completed, with those files moved to its site first (state 'waiting' "
+            "until then; not run, with a group.exception, if one failed). With "
             "distinct_sites=true (default) children go to different sites while feasible, "
             "and a child still queued after all its siblings finished is moved to wherever "
             "it starts first (a group.child_replaced event). Then await_event(after=cursor, "
@@ -340,11 +343,18 @@ def build_server(
         distinct_sites: Annotated[
             bool, Field(description="spread children over different sites while feasible")
         ] = True,
+        workflow: Annotated[
+            str | None,
+            Field(max_length=128, description="every child runs in this workflow's workspace"),
+        ] = None,
         ctx: Context | None = None,
     ) -> GroupResponse:
         try:
             req = GroupRequest(
-                children=children, objective=objective, distinct_sites=distinct_sites
+                children=children,
+                objective=objective,
+                distinct_sites=distinct_sites,
+                workflow=workflow,
             )
         except ValidationError as e:
             raise bad_arguments(argument_errors(e), GROUP_HINT) from e

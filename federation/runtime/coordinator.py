@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from federation.runtime.callers import CallerSites
+    from federation.runtime.group_inputs import ChildNeed
     from federation.runtime.groups import GroupHandle, GroupManager
     from federation.runtime.transfers import TransferHandle, TransferManager
     from federation.transfer import SyncLevel, TransferBackend
@@ -375,8 +376,12 @@ class Coordinator:
         hooks: Iterable[Hook] = (),
         snapshot: FederationSnapshot | None = None,
         caller: str = LOCAL_CALLER,
+        needs: Mapping[str, Sequence[ChildNeed]] | None = None,
+        workflow: str | None = None,
     ) -> GroupHandle:
-        """Fan out named children; see :mod:`federation.runtime.groups` for re-placement."""
+        """Fan out named children; see :mod:`federation.runtime.groups` for re-placement
+        and :mod:`federation.runtime.group_inputs` for children that read their siblings'
+        outputs (``needs``)."""
         return self.groups.submit(
             children,
             objective=objective,
@@ -385,6 +390,8 @@ class Coordinator:
             hooks=hooks,
             snapshot=snapshot,
             caller=caller,
+            needs=needs,
+            workflow=workflow,
         )
 
     @property

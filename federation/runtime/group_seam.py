@@ -44,6 +44,7 @@ class GroupCoordinator(Protocol):
         snapshot: FederationSnapshot | None = None,
         caller: str = LOCAL_CALLER,
         hooks: Iterable[Hook] = (),
+        workflow: str | None = None,
     ) -> TaskHandle: ...
 
     def cancel(self, handle: TaskHandle | str, reason: str = ...) -> bool: ...

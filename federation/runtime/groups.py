@@ -21,24 +21,25 @@ placement was submitted is reported as ``group.exception`` (submit it again).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import NoFeasibleSiteError
 from federation.core.tasks import TaskSpec
 from federation.runtime.events import Event, EventCallback
+from federation.runtime.group_handles import GroupChild, GroupHandle, group_from_row, group_row
+from federation.runtime.group_inputs import ChildNeed, check_needs, stage_in_from
 from federation.runtime.group_seam import GroupCoordinator
 from federation.runtime.handles import TaskHandle
 from federation.runtime.hooks import Hook
 from federation.runtime.specs import load_spec
 from federation.security.policy import LOCAL_CALLER
+
+__all__ = ["REPLACED", "GroupChild", "GroupHandle", "GroupManager"]
 
 if TYPE_CHECKING:
     from federation.core.snapshot import FederationSnapshot
@@ -57,64 +58,6 @@ MAX_RECHECKS = 20
 
 REPLACED = "re-placed by its group"
 """The error of a placement its group cancelled to move the child elsewhere."""
-
-
-@dataclass
-class GroupChild:
-    """One child: what it is, its envelope, and the handles of each placement it had."""
-
-    name: str
-    task: TaskSpec | None
-    """After a restart, from the spec the store keeps (None for a record from before
-    specs were kept: such a child cannot be re-placed)."""
-    envelope: ResourceEnvelope
-    attempts: list[TaskHandle] = field(default_factory=list)
-
-    @property
-    def handle(self) -> TaskHandle:
-        return self.attempts[-1]
-
-
-@dataclass
-class GroupHandle:
-    """A submitted group; ``wait()`` returns when every child is terminal."""
-
-    id: str
-    objective: str
-    distinct_sites: bool
-    children: list[GroupChild]
-    replacements: list[dict[str, str]] = field(default_factory=list)
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    hooks: tuple[Hook, ...] = ()
-    """Hooks for the group's events; each child is submitted with them too."""
-    caller: str = LOCAL_CALLER
-    """Whose policy every child (and every re-placement) is checked against."""
-    _done: threading.Event = field(default_factory=threading.Event)
-    _replacing: set[str] = field(default_factory=set)
-    _stalled: set[str] = field(default_factory=set)
-    _judging: set[str] = field(default_factory=set)
-    """Placements being judged, or placed by a move and judged at their recheck: a sibling's
-    end does not judge them again meanwhile (two judges of one child race)."""
-    _rechecks: dict[str, int] = field(default_factory=dict)
-    """How often each placement left queued as 'about to start' was judged again."""
-    _ending: bool = False
-    """Set (under the manager's lock) by whoever ends the round, so it ends once."""
-    _submitting: bool = False
-    """True while children are still being submitted: no round can end before that."""
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        return self._done.wait(timeout_s)
-
-    def state(self) -> dict[str, str]:
-        return {c.name: c.handle.state if c.attempts else "lost" for c in self.children}
-
-    def task_ids(self) -> list[str]:
-        """Every task of the group, earlier placements included."""
-        return [h.id for c in self.children for h in c.attempts]
 
 
 class GroupManager:
@@ -138,23 +81,31 @@ class GroupManager:
         hooks: Iterable[Hook] = (),
         snapshot: FederationSnapshot | None = None,
         caller: str = LOCAL_CALLER,
+        needs: Mapping[str, Sequence[ChildNeed]] | None = None,
+        workflow: str | None = None,
     ) -> GroupHandle:
         """Submit every child (each through the caller's policy gate); returns at once.
 
         ``snapshot``: place the children on this snapshot (default: the coordinator's,
-        no older than its probe interval).
+        no older than its probe interval). ``needs``: by child name, the siblings' outputs
+        it reads; such a child is placed once those siblings completed
+        (:mod:`federation.runtime.group_inputs`). ``workflow``: the caller's named workflow
+        whose workspace every child runs in.
         """
         if not children:
             raise ValueError("a group needs at least one child")
         names = [n for n, _, _ in children]
         if len(set(names)) != len(names):
             raise ValueError(f"child names must be unique in a group: {names}")
+        needs = needs or {}
+        check_needs(names, needs)
         g = GroupHandle(
             id=str(uuid.uuid4()),
             objective=objective,
             distinct_sites=distinct_sites,
-            children=[GroupChild(n, t, e) for n, t, e in children],
+            children=[GroupChild(n, t, e, needs=tuple(needs.get(n, ()))) for n, t, e in children],
             caller=caller,
+            workflow=workflow,
         )
         g._submitting = True
         self.coord.events.set_owner(g.id, caller)  # the group's events go to its caller
@@ -169,6 +120,8 @@ class GroupManager:
         used: set[str] = set()
         snap = snapshot or self.coord.snapshot()
         for child in g.children:
+            if child.waiting:
+                continue  # placed once the siblings it needs completed
             env = child.envelope
             if distinct_sites:
                 allowed = [s for s in (env.sites or self.coord.backends) if s not in used]
@@ -177,13 +130,18 @@ class GroupManager:
             assert child.task is not None
             try:
                 h = self.coord.submit_task(
-                    child.task, env, snapshot=snap, hooks=g.hooks, caller=caller
+                    child.task, env, snapshot=snap, hooks=g.hooks, caller=caller, workflow=workflow
                 )
             except NoFeasibleSiteError:
                 if env is child.envelope:
                     raise
                 h = self.coord.submit_task(
-                    child.task, child.envelope, snapshot=snap, hooks=g.hooks, caller=caller
+                    child.task,
+                    child.envelope,
+                    snapshot=snap,
+                    hooks=g.hooks,
+                    caller=caller,
+                    workflow=workflow,
                 )
             child.attempts.append(h)
             self._persist(g, "running")
@@ -194,15 +152,64 @@ class GroupManager:
             g.id,
             None,
             objective=objective,
-            placements={c.name: c.handle.site for c in g.children},
+            placements={c.name: c.handle.site for c in g.children if c.attempts},
+            waiting=[c.name for c in g.children if c.waiting],
         )
         with self._lock:
             g._submitting = False
         # children that finished while their siblings were still being submitted
-        done_early = [c for c in g.children if c.handle.done]
+        done_early = [c for c in g.children if c.attempts and c.handle.done]
         if done_early:
+            self._release(g)
             self._evaluate(g)
         return g
+
+    def _release(self, g: GroupHandle) -> None:
+        """Place each waiting child whose siblings it needs have all ended: with their
+        outputs as its ``stage_in``, or not at all (``group.exception``) if one failed."""
+        with self._lock:
+            by_name = {c.name: c for c in g.children}
+
+            def ended(name: str) -> bool:
+                sib = by_name[name]
+                if sib.waiting:
+                    return False
+                return not sib.attempts or (sib.handle.done and sib.handle.id not in g._replacing)
+
+            ready = [
+                c
+                for c in g.children
+                if c.waiting and not c._releasing and all(ended(n.child) for n in c.needs)
+            ]
+            for c in ready:
+                c._releasing = True
+            siblings = {c.name: c.handle if c.attempts else None for c in g.children}
+        for child in ready:
+            stage_in, why = stage_in_from(child.needs, siblings)
+            if why is None:
+                env = child.envelope.model_copy(
+                    update={"stage_in": child.envelope.stage_in + stage_in}
+                )
+                child.envelope = env  # a re-placement moves its inputs too
+                assert child.task is not None
+                try:
+                    h = self.coord.submit_task(
+                        child.task, env, hooks=g.hooks, caller=g.caller, workflow=g.workflow
+                    )
+                except Exception as e:  # never lose the group: say what happened
+                    why = f"placing it failed: {type(e).__name__}: {e}"
+                else:
+                    with self._lock:
+                        child.attempts.append(h)
+                    self._persist(g, "running")
+                    h.add_callback(functools.partial(self._on_child_event, g))
+                    continue
+            with self._lock:
+                child.skipped = why
+            self._persist(g, "running")
+            self.coord.events.emit(
+                "group.exception", g.id, None, child=child.name, error=f"not submitted: {why}"
+            )
 
     def _on_child_event(self, g: GroupHandle, ev: Event) -> None:
         if ev.kind == "task.stalled":
@@ -223,6 +230,7 @@ class GroupManager:
             current = {c.handle.id for c in g.children if c.attempts}
             if ev.task_id not in current or ev.task_id in g._replacing:
                 return  # an attempt being (or already) replaced
+        self._release(g)
         self._evaluate(g)
 
     def _evaluate(self, g: GroupHandle) -> None:
@@ -230,7 +238,12 @@ class GroupManager:
         with self._lock:
             if g._submitting:
                 return  # submit() evaluates once every child has been submitted
-            terminal = [c for c in g.children if not c.attempts or c.handle.done]
+            terminal = [
+                c
+                for c in g.children
+                if (c.attempts and c.handle.done) or not c.attempts
+                if not c.waiting
+            ]
             queued = [c for c in g.children if c.attempts and c.handle.state == "queued"]
             finished = len(terminal) == len(g.children) and not g._ending
             if finished:
@@ -339,6 +352,7 @@ class GroupManager:
             hooks=g.hooks,
             caller=g.caller,
             on_event=record,
+            workflow=g.workflow,
         )
         self._record_move(g, child, old, new)  # (once: a task held by policy is never queued)
         self._announce_move(g, child, old, new)
@@ -394,27 +408,8 @@ class GroupManager:
         if store is None:
             return
         with self._lock:
-            children = [
-                {
-                    "name": c.name,
-                    "envelope": c.envelope.model_dump(mode="json"),
-                    "task_ids": [h.id for h in c.attempts],
-                }
-                for c in g.children
-            ]
-            replacements = list(g.replacements)
-        store.upsert_group(
-            {
-                "id": g.id,
-                "objective": g.objective,
-                "distinct_sites": int(g.distinct_sites),
-                "children": json.dumps(children),
-                "replacements": json.dumps(replacements),
-                "state": state,
-                "created_at": g.created_at.isoformat(),
-                "owner": g.caller,
-            }
-        )
+            row = group_row(g, state)
+        store.upsert_group(row)
 
     def recover(self) -> list[GroupHandle]:
         """Re-attach the groups of an earlier coordinator (call after task recovery).
@@ -435,11 +430,11 @@ class GroupManager:
             self.coord.events.set_owner(row["id"], row.get("owner") or LOCAL_CALLER)
             if row["id"] in announced:  # ended: stays in the store (get reads it back)
                 continue
-            g = self._from_row(row, self.coord.task)
+            g = group_from_row(row, self.coord.task)
             with self._lock:
                 self.groups[g.id] = g
             for child in g.children:
-                if not child.attempts:
+                if not child.attempts and not child.needs:
                     self.coord.events.emit(
                         "group.exception",
                         g.id,
@@ -462,6 +457,7 @@ class GroupManager:
                 self._resume_move(g, child)
             with self._lock:
                 g._submitting = False
+            self._release(g)  # waiting children whose siblings ended meanwhile
             self._evaluate(g)
         return reopened
 
@@ -486,7 +482,12 @@ class GroupManager:
 
             try:
                 new = self.coord.submit_task(
-                    child.task, env, hooks=g.hooks, caller=g.caller, on_event=record
+                    child.task,
+                    env,
+                    hooks=g.hooks,
+                    caller=g.caller,
+                    on_event=record,
+                    workflow=g.workflow,
                 )
             except Exception as e:  # never lose the group: say what happened
                 why = f"placing it again failed: {type(e).__name__}: {e}"
@@ -539,23 +540,6 @@ class GroupManager:
                     del self.groups[g.id]
                     self.released += 1
 
-    @staticmethod
-    def _from_row(row: dict[str, Any], find: Callable[[str], TaskHandle | None]) -> GroupHandle:
-        children = []
-        for c in json.loads(row["children"]):
-            attempts = [h for t in c["task_ids"] if (h := find(t)) is not None]
-            env = ResourceEnvelope.model_validate(c["envelope"])
-            children.append(GroupChild(c["name"], None, env, attempts))
-        return GroupHandle(
-            id=row["id"],
-            objective=row["objective"],
-            distinct_sites=bool(row["distinct_sites"]),
-            children=children,
-            replacements=list(json.loads(row["replacements"])),
-            created_at=datetime.fromisoformat(row["created_at"]),
-            caller=row.get("owner") or LOCAL_CALLER,
-        )
-
     def get(self, group_id: str) -> GroupHandle:
         """A group by id: an open one from memory, an ended one (or an earlier
         coordinator's) read back from the store."""
@@ -567,7 +551,7 @@ class GroupManager:
         row = store.group(group_id) if store is not None else None
         if row is None:
             raise KeyError(f"unknown group {group_id!r}; use the id submit_group returned")
-        g = self._from_row(row, self.coord.task)
+        g = group_from_row(row, self.coord.task)
         if row["state"] == "terminal":
             g._ending = True
             g._done.set()

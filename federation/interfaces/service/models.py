@@ -21,6 +21,7 @@ from federation.core.workspace import OutputFile, PathBase, workspace_rel
 from federation.placement.candidates import PlacementDecision
 from federation.placement.drafting import TaskHints
 from federation.runtime.events import Event, EventKind
+from federation.runtime.group_inputs import ChildNeed, check_needs
 from federation.runtime.handles import TaskHandle, TaskResult, TaskState
 
 if TYPE_CHECKING:
@@ -76,6 +77,13 @@ class TaskRequest(Frozen):
         max_length=128,
         description="a named workflow: the task runs in that workspace of yours "
         "(default: your own workspace)",
+    )
+    needs: list[ChildNeed] = Field(
+        default_factory=list,
+        max_length=100,
+        description="group children only: siblings' output files this child reads "
+        "([{child, path}]; no path: all the sibling listed); it is placed once they "
+        "completed, with those files moved to its site first",
     )
 
     @field_validator("command")
@@ -205,6 +213,9 @@ class GroupRequest(Frozen):
         description="soft constraint: put children on different sites while feasible; a "
         "child still queued after its siblings finished is re-placed where it starts first",
     )
+    workflow: str | None = Field(
+        default=None, max_length=128, description="every child runs in this workflow's workspace"
+    )
 
     @field_validator("children")
     @classmethod
@@ -213,6 +224,7 @@ class GroupRequest(Frozen):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"child names must be unique in a group; repeated: {twice}")
+        check_needs(names, {n: c.needs for n, c in zip(names, children, strict=True) if c.needs})
         return children
 
 
@@ -225,12 +237,16 @@ class GroupChildView(Frozen):
     """One child of a group: its current attempt, and the task ids of earlier ones."""
 
     name: str
-    task_id: str = Field(description="the current attempt's task id")
-    state: TaskState
-    site: str
-    partition: str
-    granted: str
-    predicted_wait_s: float
+    task_id: str | None = Field(
+        default=None, description="the current attempt's task id (None while it waits)"
+    )
+    state: TaskState | Literal["waiting", "skipped", "lost"]
+    site: str | None = None
+    partition: str | None = None
+    granted: str | None = None
+    predicted_wait_s: float | None = None
+    needs: tuple[ChildNeed, ...] = Field(default=(), description="siblings' outputs it reads")
+    skipped: str | None = Field(default=None, description="why it was not submitted")
     earlier_task_ids: tuple[str, ...] = Field(
         default=(), description="attempts this child had before (re-placed by its group)"
     )
@@ -484,6 +500,14 @@ def group_view(g: GroupHandle) -> GroupView:
             granted=c.handle.shape.describe(),
             predicted_wait_s=c.handle.decision.chosen.predicted_wait_s,
             earlier_task_ids=tuple(a.id for a in c.attempts[:-1]),
+            needs=c.needs,
+        )
+        if c.attempts
+        else GroupChildView(
+            name=c.name,
+            state=g.state()[c.name],  # type: ignore[arg-type]
+            needs=c.needs,
+            skipped=c.skipped,
         )
         for c in list(g.children)
     )

@@ -196,6 +196,14 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         return dataclasses.replace(task, name=req.name) if req.name else task
 
     def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
+        if req.needs:
+            raise OpsError(
+                422,
+                "bad_request",
+                "`needs` names siblings in a group; a single task names its inputs in its "
+                "envelope's `stage_in` ({site, path, size_bytes})",
+                "submit the steps as one group (submit_group), or use stage_in",
+            )
         task = self.task_spec(req)
         snap = self.cache.get()
         cursor = self.owners.cursor(self.owners.who(caller))

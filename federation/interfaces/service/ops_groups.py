@@ -88,6 +88,8 @@ class GroupOps:
                 distinct_sites=req.distinct_sites,
                 snapshot=snap,
                 caller=caller or LOCAL_CALLER,
+                needs={n: c.needs for n, c in zip(names, req.children, strict=True) if c.needs},
+                workflow=req.workflow,
             )
         except NoFeasibleSiteError as e:
             raise OpsError(
@@ -105,7 +107,7 @@ class GroupOps:
             g.id,
             len(g.children),
             caller or "(local)",
-            ", ".join(c.handle.site for c in g.children),
+            ", ".join(c.handle.site if c.attempts else "(waiting)" for c in g.children),
         )
         return GroupResponse.model_validate(group_view(g).model_dump() | {"cursor": cursor})
 
