@@ -160,6 +160,7 @@ def group_fields() -> dict[str, Field]:
         ),
         "objective": Field(omit | st.text(max_size=20), any_bad),
         "distinct_sites": Field(omit | st.booleans(), json_values),
+        "workflow": Field(omit | st.just("wf1"), any_bad | st.text(max_size=140)),
     }
 
 

@@ -176,3 +176,28 @@ def test_copies_are_refused_where_no_site_can_cancel(tmp_path: Path) -> None:
     assert load_config(path).placement == "best-feasible"
     path.write_text(f"placement: twin-watch\n{off}  local:\n    backend: local\n")
     assert load_config(path).placement == "twin-watch"  # local sites can withdraw copies
+
+
+def test_each_sites_workspace_is_under_its_collections_path_prefix(
+    deployment: tuple[Deployment, list[AuthSettings]],
+) -> None:
+    """A site's storage root (where its callers' workspaces are, and where tasks run) is
+    the collection's path prefix; an embedded site's, its storage folder; a site with no
+    collection has none, and its shell tasks are shipped as they are."""
+    from pathlib import PurePosixPath
+
+    from federation.core.storage import site_storage
+    from federation.core.tasks import ShellTask
+    from federation.runtime.results import shipped
+
+    dep, _ = deployment
+    assert dep.storage_root("delta") == Path("/projects/bbka")
+    assert dep.storage_root("vista") == Path("/scratch/fed")
+    assert dep.storage_root("local") == site_storage("local", dep.home)
+    assert dep.storage_root("anvil") is None
+    ws = PurePosixPath("workspaces/alice/default")
+    task = ShellTask(command="./prepare.sh")
+    on_delta = shipped(task, "delta", "r", dep.storage_root, 1000, ws)
+    assert isinstance(on_delta, ShellTask)
+    assert "cd /projects/bbka/workspaces/alice/default" in on_delta.command
+    assert shipped(task, "anvil", "r", dep.storage_root, 1000, ws) == task

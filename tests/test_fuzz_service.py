@@ -122,7 +122,15 @@ ROUTE_FUZZ: dict[tuple[str, str], Fuzz] = {
     ),
     ("GET", "/v1/functions"): Fuzz(),
     ("POST", "/v1/envelopes/draft"): Fuzz(body=draft_fields()),
-    ("POST", "/v1/tasks"): Fuzz(body=task_fields(), creates=True),
+    ("POST", "/v1/tasks"): Fuzz(
+        body=task_fields()
+        | {
+            "needs": Field(
+                omit, st.lists(st.fixed_dictionaries({"child": st.text()})) | json_values
+            )
+        },
+        creates=True,
+    ),
     ("GET", "/v1/tasks"): Fuzz(),
     ("GET", "/v1/tasks/{task_id}"): Fuzz(path={"task_id": _ids("task", "group", "held")}),
     ("POST", "/v1/tasks/{task_id}/cancel"): Fuzz(path={"task_id": _ids("task", "held")}),

@@ -51,6 +51,7 @@ from typer.testing import CliRunner
 
 from federation.core.spec import load_sites
 from federation.core.storage import site_storage
+from federation.core.workspace import workspace_rel
 from federation.interfaces.cli.service import register as register_service
 from federation.interfaces.cli.tasks import EXIT_ERROR, EXIT_OK, register
 from federation.interfaces.mcp_server import build_server
@@ -136,7 +137,11 @@ def _world(home: Path, secret_registry: Any) -> Iterator[World]:
     )
     for s in sites:
         s.coord = coord
-    (site_storage("local", home) / "alice.txt").write_text("alice's data\n")
+    for who in NAMES.values():  # in each caller's own workspace (move_data's paths)
+        ws = site_storage("local", home) / str(workspace_rel(who))
+        ws.mkdir(parents=True, exist_ok=True)
+        for short in NAMES:
+            (ws / f"{short}.txt").write_text(f"{short}'s data\n")
     ops = LocalOps(coord, refresh_s=3600)
 
     async def get_ops() -> Operations:

@@ -88,3 +88,6 @@ def test_quickstart_runs_top_to_bottom(
     assert len(html_tables) >= 4  # snapshot, draft, tasks, history DataFrames
     images = [c for c in code if any("image/png" in o.get("data", {}) for o in c.outputs)]
     assert len(images) == 3  # capacity, timeline, predicted vs actual
+    # the three-step workflow: staged, prepared, GPU step, results back, all from events
+    assert "finished: True" in text
+    assert "succeeded -> rows=20000" in text and "site=vista" in text

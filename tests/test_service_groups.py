@@ -507,6 +507,7 @@ def test_mcp_move_data_tools(coord: FixedCoordinator, storage_home: Path) -> Non
                     "dest_site": "local",
                     "dest_path": "back/results",
                     "sync_level": "size",
+                    "paths": "storage",  # shared data under the storage root
                 },
             )
             assert not res.is_error, res.content

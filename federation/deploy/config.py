@@ -322,8 +322,23 @@ class Deployment:
                 budget_core_hours=site.budget_core_hours,
                 python_mismatch=site.python_mismatch,
                 job_check_s=site.job_check_s,
+                storage_root=site.collection_path_prefix,
             )
         return [out[name] for name in self.config.sites]
+
+    def storage_root(self, site: str) -> Path | None:
+        """Where ``site``'s storage is on its own file system: its collection's path prefix
+        (a mapped collection over the file system its nodes see), the embedded sites'
+        storage folders; None for a site with neither (its tasks run in the endpoint's
+        working folder, with no workspace)."""
+        entry = self.config.sites.get(site)
+        if entry is not None and entry.collection_path_prefix:
+            return Path(entry.collection_path_prefix)
+        if entry is not None and entry.backend == "local":
+            from federation.core.storage import site_storage
+
+            return site_storage(site, self.home)
+        return None
 
     def _local_backends(self, local: LocalSites, task_group_id: uuid.UUID) -> list[ComputeSite]:
         sites = {spec.name: self.config.sites[spec.name] for spec in local.specs}
@@ -387,6 +402,7 @@ class Deployment:
         tel = Telemetry(self.home / "telemetry.db") if telemetry else None
         coordinator_kwargs.setdefault("policy", self.config.placement)
         coordinator_kwargs.setdefault("transfer_backends", self.transfer_backends())
+        coordinator_kwargs.setdefault("result_storage", self.storage_root)
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
         if sets is not None:  # before recovery: re-attached tasks report their starts

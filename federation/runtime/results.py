@@ -25,7 +25,7 @@ from functions.results import OUTPUTS_KEY, REF_KEY, run_and_spill
 DEFAULT_INLINE_LIMIT_BYTES = 10 * 1024 * 1024 - 256 * 1024
 """Globus Compute's 10 MiB result limit, less room for the result message around it."""
 
-StorageRoot = Callable[[str], Path]
+StorageRoot = Callable[[str], Path | None]
 """A site name -> the directory (on that site) where its large results are written."""
 
 
@@ -78,7 +78,8 @@ def shipped(
 
     With a ``workspace`` (its path under the site's storage root) and a storage root, the
     task runs there and lists the files it wrote (:mod:`federation.core.workspace`)."""
-    root = str(storage(site) / workspace) if storage is not None and workspace else None
+    base = storage(site) if storage is not None else None  # None: the site has no storage
+    root = str(base / workspace) if base is not None and workspace else None
     if isinstance(task, ShellTask):
         if root is None:
             return task
@@ -88,7 +89,7 @@ def shipped(
     from federation.sites.shipping import code_payload
 
     payload = code_payload(task.fn)
-    directory = str(storage(site) / "results") if storage is not None else None
+    directory = str(base / "results") if base is not None else None
     return PythonTask(
         run_and_spill,
         (payload, task.args, task.kwargs, limit_bytes, directory, name, root, site),
