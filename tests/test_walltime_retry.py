@@ -166,12 +166,17 @@ def test_a_command_killed_by_a_signal_is_retried_only_when_sacct_says_timeout(
 def _sacct(fed: Any, job: str) -> dict[str, str]:
     """State, Timelimit and Elapsed of one job on the local site, as ``sacct`` has them."""
     fields = ("State", "Timelimit", "ElapsedRaw")
-    for _ in range(30):  # slurmdbd is updated asynchronously
+    row: dict[str, str] | None = None
+    for _ in range(30):  # slurmdbd is updated asynchronously: its first row can be stale
         out = fed.run(SITE, ["sacct", "-X", "-n", "-P", "-j", job, "-o", ",".join(fields)])
         lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
         if lines:
-            return dict(zip(fields, lines[-1].split("|"), strict=True))
+            row = dict(zip(fields, lines[-1].split("|"), strict=True))
+            if row["State"] != "PENDING" and row["Timelimit"]:  # the job ran: its record is in
+                return row
         time.sleep(1)
+    if row is not None:
+        return row  # the test's own assertions say what is wrong with it
     raise AssertionError(f"sacct does not know job {job}")
 
 
