@@ -4,13 +4,14 @@ limits and nothing else arrives, because it seeds running jobs on the nodes they
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import FederationSnapshot, SiteSnapshot
 from federation.core.spec import SiteSpec, load_sites
+from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import twin, twin_hedge
 from federation.placement.runtime_model import UsageRatioModel
 from federation.placement.twin import TwinPredictor
@@ -259,6 +260,52 @@ def test_prepared_twin_decides_exactly_as_one_shape_at_a_time(samples: int) -> N
                 assert how in d_fast.chosen.why
                 queued += sum(c.predicted_wait_s > 0 for c in d_fast.candidates)
     assert queued > 0  # the window is busy enough that the twins have waits to agree on
+
+
+def test_a_burst_adds_our_own_jobs_to_the_twin_instead_of_replaying_the_queue() -> None:
+    """A burst placed from one snapshot (each decision sees the ones before it as pending
+    jobs of ours, :mod:`federation.placement.overlay`) decides exactly as when every twin
+    is built again from the whole queue with our jobs in it, while the queue is replayed
+    once per site and quantile for the whole burst."""
+    specs, sims, usage = _kth_window()
+    envelopes = (
+        ResourceEnvelope(cpus_min=16, cpus_max=64, mem_gb_min=32, walltime_s=3 * 3600),
+        ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=6 * 3600),
+    )
+
+    def rt(s: Shape) -> float:
+        return 1200.0 / (s.gpus or s.cpus / 16)
+
+    now = DEFAULT_EPOCH + timedelta(seconds=sims["delta"].now)
+    fed = FederationSnapshot(taken_at=now, sites=tuple(s.snapshot() for s in sims.values()))
+    fast = TwinPredictor(specs, usage)
+    builds: list[str] = []
+    build = fast._build
+
+    def counted(site: SiteSnapshot, at: datetime, q: float) -> SimSite:
+        builds.append(site.site)
+        return build(site, at, q)
+
+    fast._build = counted  # type: ignore[method-assign]
+    pol = twin(fast, rt)
+    shipped: list[tuple[Shape, datetime]] = []
+    where: set[str] = set()
+    for i in range(16):
+        env = envelopes[i % 2]
+        if i % 3 == 2:  # some of the burst on the other site too
+            env = env.model_copy(update={"sites": ("anvil",)})
+        snap = with_own_jobs(fed, shipped)
+        slow = TwinPredictor(specs, usage)
+        slow.twin = lambda site, at, q, p=slow: p._build(site, at, q)  # type: ignore[method-assign]
+        slow_pol = twin(slow, rt, name=pol.name)
+        slow_pol.prepare = None
+        d_fast = pol.decide(env, list(specs.values()), snap, now)
+        d_slow = slow_pol.decide(env, list(specs.values()), snap, now)
+        assert d_fast.candidates == d_slow.candidates, i
+        shipped.append((d_fast.chosen.shape, now + timedelta(microseconds=i + 1)))
+        where.add(d_fast.chosen.shape.site)
+    assert len(where) == 2  # both sites took some of the burst: both twins grew
+    assert len(builds) == 2 * len(specs), builds  # the queue replayed once per twin
 
 
 # --- the usage model: censored running jobs, partitions -------------------------------------

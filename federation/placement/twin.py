@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -29,6 +30,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import FederationSnapshot, JobRecord, PartitionSnapshot, SiteSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.candidates import enumerate_candidates, snapshot_wait
+from federation.placement.overlay import OWN_JOB_PREFIX
 from federation.placement.runtime_model import UsageRatioModel
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 
@@ -74,29 +76,79 @@ class TwinPredictor:
         self.q_mid, self.q_high = q_mid, q_high
         self.start_delay_s = start_delay_s
         self.samples = samples
-        self._cache: dict[tuple[str, datetime, int, float], SimSite] = {}
+        self._cache: OrderedDict[tuple[str, datetime, int, float], SimSite] = OrderedDict()
         self._waits: dict[_WaitKey, float] = {}
+        self._orders: OrderedDict[
+            tuple[str, datetime, int, datetime], tuple[list[JobRecord], list[JobRecord]]
+        ] = OrderedDict()
 
     def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
-        """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``)."""
+        """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``).
+
+        The coordinator's own latest submissions (:mod:`.overlay`: pending jobs at the end
+        of ``site.jobs``, behind everything the probe saw) are added to a copy of the twin
+        with one fewer of them, or of the twin of the probed queue, instead of replaying the
+        whole queue again: a burst placed from one snapshot costs one job per decision,
+        not one queue. They queue behind every probed job, so the result is the same."""
         key = (site.site, site.taken_at, len(site.jobs), q)
         tw = self._cache.get(key)
-        if tw is None and self.max_jobs is not None and len(site.jobs) > self.max_jobs:
+        if tw is not None:
+            self._cache.move_to_end(key)
+            return tw
+        if self.max_jobs is not None and len(site.jobs) > self.max_jobs:
             raise SimRequestError(
                 f"{len(site.jobs)} jobs in the queue, more than this twin replays ({self.max_jobs})"
             )
-        if tw is None:
-            if len(self._cache) > 4 * self._cache_size():  # a safety net; see prepare()
-                self._evict()
-            tw = self._cache[key] = self._build(site, now, q)
+        own = _own_suffix(site.jobs)
+        if not own:
+            tw = self._build(site, now, q)
+        else:
+            n_base = len(site.jobs) - own
+            done, prev = 0, None
+            for m in range(own - 1, -1, -1):  # the longest chain of ours already built
+                prev = self._cache.get((site.site, site.taken_at, n_base + m, q))
+                if prev is not None:
+                    done = m
+                    break
+            if prev is None:
+                probed = site.model_copy(update={"jobs": site.jobs[:n_base]})
+                prev = self._remember(
+                    (site.site, site.taken_at, n_base, q), self._build(probed, now, q)
+                )
+            tw = prev.clone()
+            self._add_own(tw, site, site.jobs[n_base + done :], q, done)
+        return self._remember(key, tw)
+
+    def _remember(self, key: tuple[str, datetime, int, float], tw: SimSite) -> SimSite:
+        self._cache[key] = tw
+        while len(self._cache) > self._cache_size():  # least recently used first
+            self._cache.popitem(last=False)
+        if len(self._waits) > 64 * self._cache_size() * 8:
+            self._waits.clear()  # a memo: recomputed when asked again
         return tw
+
+    def _add_own(
+        self, tw: SimSite, site: SiteSnapshot, own: Sequence[JobRecord], q: float, done: int
+    ) -> None:
+        """Queue our own submissions (the ``done``-th on) behind everything in ``tw``."""
+        spec = self.specs[site.site]
+        known = {p.name for p in spec.partitions}
+        nodes = {p: tw.node_count(p) for p in tw.partitions}
+        jobs = []
+        for i, j in enumerate(own, start=done + 1):
+            if j.state != "pending" or j.partition not in known:
+                continue
+            draw = q if q >= 0 else self._own_draw(site, q, i)
+            jobs.append(_fit(self._as_pending(j, site.site, draw, _OWN_ROOM - i), spec, nodes))
+        tw.submit_many(jobs)
+
+    @staticmethod
+    def _own_draw(site: SiteSnapshot, q: float, i: int) -> float:
+        seed = zlib.crc32(f"{site.site}|{site.taken_at.isoformat()}|{q}|own{i}".encode())
+        return random.Random(seed).random()
 
     def _cache_size(self) -> int:
         return 64 + 2 * self.samples
-
-    def _evict(self) -> None:
-        self._cache.clear()
-        self._waits.clear()
 
     def _quantiles(self, site: SiteSnapshot, q: float) -> Callable[[], float]:
         """Each job's usage quantile: ``q`` for all, or (``q < 0``) an independent draw."""
@@ -120,13 +172,7 @@ class TwinPredictor:
         # The twin's clock reads seconds since a fixed epoch (rounded to the microseconds of
         # the snapshot's timestamps), so job ends that coincide at the site coincide here too.
         tw.advance(round((now - DEFAULT_EPOCH).total_seconds(), 6))
-        running = sorted(
-            (j for j in site.jobs if j.state == "running" and j.partition in known),
-            key=lambda j: (j.start_time or now, _id_key(j.job_id)),
-        )
-        pending = [j for j in site.jobs if j.state == "pending" and j.partition in known]
-        # the real scheduler's order: priority, then submit time, then job id
-        pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, _id_key(j.job_id)))
+        running, pending = self._ordered(site, now, known)
         jobs: list[SimJob] = []
         for j in running:
             job = self._as_running(j, site.site, now, draw())
@@ -134,9 +180,33 @@ class TwinPredictor:
                 continue  # seeded on its nodes, or it holds no node the twin has
             jobs.append(job)
         n_pend = len(pending)
-        jobs += [self._as_pending(j, site.site, draw(), n_pend - i) for i, j in enumerate(pending)]
+        jobs += [
+            self._as_pending(j, site.site, draw(), _OWN_ROOM + n_pend - i)
+            for i, j in enumerate(pending)
+        ]
         tw.submit_many([_fit(job, spec, nodes) for job in jobs])
         return tw
+
+    def _ordered(
+        self, site: SiteSnapshot, now: datetime, known: set[str]
+    ) -> tuple[list[JobRecord], list[JobRecord]]:
+        """The running jobs by start, and the pending ones in the scheduler's order
+        (priority, then submit time, then job id): sorted once per snapshot, for every
+        quantile's twin."""
+        key = (site.site, site.taken_at, len(site.jobs), now)
+        got = self._orders.get(key)
+        if got is None:
+            ids = {j.job_id: _id_key(j.job_id) for j in site.jobs}
+            running = sorted(
+                (j for j in site.jobs if j.state == "running" and j.partition in known),
+                key=lambda j: (j.start_time or now, ids[j.job_id]),
+            )
+            pending = [j for j in site.jobs if j.state == "pending" and j.partition in known]
+            pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, ids[j.job_id]))
+            got = self._orders[key] = (running, pending)
+            while len(self._orders) > 4 * len(self.specs) + 8:
+                self._orders.popitem(last=False)
+        return got
 
     @staticmethod
     def _seed(tw: SimSite, j: JobRecord, job: SimJob, index: Mapping[str, int]) -> bool:
@@ -241,8 +311,6 @@ class TwinPredictor:
         (:meth:`SimSite.what_if_many`) instead of one per shape; the results land in the
         memo that :meth:`wait` reads, so the decision itself is unchanged.
         """
-        if len(self._cache) > self._cache_size():  # between decisions, not in the middle
-            self._evict()
         asked: dict[str, tuple[SiteSnapshot, dict[_ProbeKey, Shape]]] = {}
 
         def record(
@@ -308,6 +376,16 @@ def _fit(job: SimJob, spec: SiteSpec, nodes: Mapping[str, int]) -> SimJob:
     partition's documented limits (a special QOS, a reservation, a record from before a
     change), which the twin keeps, at the most its partition allows."""
     p = spec.partition(job.partition)
+    cap_s = float(p.max_walltime_s)
+    if (
+        job.walltime_s <= cap_s
+        and job.run_s <= cap_s
+        and job.nodes <= nodes.get(p.name, job.nodes)
+        and job.cpus_per_node <= p.cpus_per_node
+        and job.mem_mb_per_node <= p.mem_gb_per_node * 1024
+        and job.gpus_per_node <= p.gpus_per_node
+    ):
+        return job  # the common case: within every limit, nothing to copy
     fitted = replace(
         job,
         walltime_s=min(job.walltime_s, float(p.max_walltime_s)),
@@ -318,6 +396,21 @@ def _fit(job: SimJob, spec: SiteSpec, nodes: Mapping[str, int]) -> SimJob:
         gpus_per_node=min(job.gpus_per_node, p.gpus_per_node),
     )
     return job if fitted == job else fitted
+
+
+_OWN_ROOM = 10**6
+"""Priorities of the probed queue's pending jobs start above this; our own submissions
+(at most this many per snapshot) take the ones below, and the probe of a decision 0."""
+
+
+def _own_suffix(jobs: Sequence[JobRecord]) -> int:
+    """How many of ``jobs``, at the end, are our own submissions (:mod:`.overlay`)."""
+    n = 0
+    for j in reversed(jobs):
+        if not j.job_id.startswith(OWN_JOB_PREFIX):
+            break
+        n += 1
+    return n
 
 
 def _quantile(sorted_vals: list[float], q: float) -> float:
