@@ -219,3 +219,44 @@ def test_a_restart_while_an_input_moves_stages_it_again_and_runs_the_task(tmp_pa
         assert "task.staged" in kinds
     finally:
         second.close()
+
+
+def _reads_unless_on(bad_site: str, name: str) -> str:
+    import os
+
+    if os.environ["FEDERATION_SITE"] == bad_site:
+        raise RuntimeError("batch job ended: NODE_FAIL")  # an infrastructure failure: retried
+    with open(os.path.join(os.environ["FEDERATION_WORKSPACE"], name)) as f:
+        return f.read()
+
+
+def test_a_retry_on_another_site_moves_the_inputs_there_first(tmp_path: Path) -> None:
+    sites = [ThreadSite(s) for s in load_sites(["local", "delta", "anvil"])]
+    coord = FixedCoordinator(
+        sites,
+        store=Store(tmp_path / "coordinator.db"),
+        result_storage=lambda s: site_storage(s, tmp_path),
+        transfer_backends=LocalCopyBackend(["local", "delta", "anvil"], tmp_path),
+    )
+    for s in sites:
+        s.coord = coord
+    try:
+        _ws(tmp_path, "local").mkdir(parents=True)
+        (_ws(tmp_path, "local") / "in.txt").write_text("wherever it runs")
+        env = ResourceEnvelope(
+            sites=("delta", "anvil"),
+            walltime_s=60,
+            stage_in=(StageIn(site="local", path="in.txt", size_bytes=16),),
+        )
+        first = coord.plan(env).chosen.shape.site
+        h = coord.submit_task(PythonTask(_reads_unless_on, (first, "in.txt")), env)
+        assert h.wait(30) and h.state == "completed", h.error
+        assert coord.get_result(h.id).value == "wherever it runs"
+        second = h.site
+        assert second != first and h.attempts[0]["site"] == first
+        events = coord.history(h.id)
+        staged = [e.site for e in events if e.kind == "task.staged"]
+        assert staged == [first, second], [(e.kind, e.site) for e in events]
+        assert (_ws(tmp_path, second) / "in.txt").read_text() == "wherever it runs"
+    finally:
+        coord.close()

@@ -150,6 +150,7 @@ class Coordinator:
         self._hedging = Hedging(self, reg, life, self._shipping, self._retries)
         self._reports = Reports(self, reg, life, self._hedging, self._retries)
         self._staging = Staging(self, life, self._hedging)
+        self._retries.stage = self._staging.stage_if_needed  # a retry elsewhere: inputs first
         self._holds = Holds(self, reg, life, self._staging)
         self._recovery = Recovery(self, reg, life, self._hedging, self._holds, self._staging)
         self.late_board = LateBoard(self._hedging.queued_copies)

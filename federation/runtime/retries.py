@@ -29,6 +29,7 @@ from federation.runtime.provenance import fetch_accounting
 
 if TYPE_CHECKING:
     from federation.core.envelope import ResourceEnvelope
+    from federation.core.tasks import TaskSpec
     from federation.runtime.context import Runtime
     from federation.runtime.lifecycle import Lifecycle
     from federation.runtime.registry import TaskRegistry
@@ -56,6 +57,9 @@ class Retries:
         self.reg = reg
         self.life = life
         self.shipping = shipping
+        self.stage: Callable[[TaskHandle, TaskSpec], bool] | None = None
+        """Stages a retried task's inputs to its new site and ships it on arrival (True),
+        or leaves it to be shipped at once (False): :meth:`.staging.Staging.stage_if_needed`."""
 
     # --- a lost result stream ---------------------------------------------------------------
     def reattach(
@@ -285,6 +289,10 @@ class Retries:
         crash_point("retry")
         task = handle.task
         assert task is not None  # checked above: a task without its spec is not retried
+        if self.stage is not None and self.stage(handle, task):
+            with self.reg.lock:  # its inputs move to the new site first; shipped on arrival
+                self.reg.unindexed[handle.id] = handle
+            return True
         try:
             fut = self.shipping.send(handle, lambda: self.shipping.submit_to(handle, task, shape))
         except Exception as e:

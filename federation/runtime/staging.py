@@ -116,6 +116,14 @@ class Staging:
             for d in needs
         ]
 
+    def stage_if_needed(self, handle: TaskHandle, task: TaskSpec) -> bool:
+        """Stage a recorded task's inputs to its (new) site and ship it once they arrived
+        (True); False when they are all there already (ship it yourself)."""
+        needs = self.needs(handle)
+        if needs:
+            self.stage(handle, task, needs)
+        return bool(needs)
+
     def stage(self, handle: TaskHandle, task: TaskSpec, needs: list[StageIn]) -> None:
         """Start one transfer per input to the task's site; ship it when all arrived."""
         ws = workspace_rel(handle.caller, handle.workflow)
