@@ -35,6 +35,9 @@ from federation.placement.runtime_model import UsageRatioModel
 from federation.sim.queue import DEFAULT_EPOCH, SimJob, SimRequestError, SimSite
 
 _ProbeKey = tuple[str, float, int, int, int, int]
+_TwinKey = tuple[str, datetime, int, float, str]
+"""(site, snapshot time, jobs in it, usage quantile, partition)."""
+_Order = tuple[list[JobRecord], list[JobRecord]]
 _WaitKey = tuple[str, datetime, int, float, _ProbeKey]
 
 
@@ -76,21 +79,24 @@ class TwinPredictor:
         self.q_mid, self.q_high = q_mid, q_high
         self.start_delay_s = start_delay_s
         self.samples = samples
-        self._cache: OrderedDict[tuple[str, datetime, int, float], SimSite] = OrderedDict()
+        self._cache: OrderedDict[_TwinKey, SimSite] = OrderedDict()
         self._waits: dict[_WaitKey, float] = {}
-        self._orders: OrderedDict[
-            tuple[str, datetime, int, datetime], tuple[list[JobRecord], list[JobRecord]]
-        ] = OrderedDict()
+        self._orders: OrderedDict[tuple[str, datetime, int, datetime], dict[str, _Order]] = (
+            OrderedDict()
+        )
 
-    def twin(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
-        """The twin with every job at usage quantile ``q`` (``q < 0``: sample ``-q - 1``).
+    def twin(self, site: SiteSnapshot, now: datetime, q: float, partition: str) -> SimSite:
+        """The twin of ``partition`` with every job at usage quantile ``q`` (``q < 0``:
+        sample ``-q - 1``).
 
-        The coordinator's own latest submissions (:mod:`.overlay`: pending jobs at the end
-        of ``site.jobs``, behind everything the probe saw) are added to a copy of the twin
-        with one fewer of them, or of the twin of the probed queue, instead of replaying the
-        whole queue again: a burst placed from one snapshot costs one job per decision,
-        not one queue. They queue behind every probed job, so the result is the same."""
-        key = (site.site, site.taken_at, len(site.jobs), q)
+        Partitions share nothing in the simulator, so each has a twin of its own jobs: a
+        decision builds the partitions it asks about, not the whole site. The coordinator's
+        own latest submissions (:mod:`.overlay`: pending jobs at the end of ``site.jobs``,
+        behind everything the probe saw) are added to a copy of the twin with fewer of them,
+        or of the twin of the probed queue, instead of replaying the whole queue again: a
+        burst placed from one snapshot costs its own jobs, not one queue per decision. They
+        queue behind every probed job, so the result is the same."""
+        key = (site.site, site.taken_at, len(site.jobs), q, partition)
         tw = self._cache.get(key)
         if tw is not None:
             self._cache.move_to_end(key)
@@ -101,25 +107,31 @@ class TwinPredictor:
             )
         own = _own_suffix(site.jobs)
         if not own:
-            tw = self._build(site, now, q)
+            tw = self._build(site, now, q, partition)
         else:
             n_base = len(site.jobs) - own
             done, prev = 0, None
             for m in range(own - 1, -1, -1):  # the longest chain of ours already built
-                prev = self._cache.get((site.site, site.taken_at, n_base + m, q))
+                prev = self._cache.get((site.site, site.taken_at, n_base + m, q, partition))
                 if prev is not None:
                     done = m
                     break
             if prev is None:
                 probed = site.model_copy(update={"jobs": site.jobs[:n_base]})
-                prev = self._remember(
-                    (site.site, site.taken_at, n_base, q), self._build(probed, now, q)
-                )
-            tw = prev.clone()
-            self._add_own(tw, site, site.jobs[n_base + done :], q, done)
+                base_key = (site.site, site.taken_at, n_base, q, partition)
+                prev = self._remember(base_key, self._build(probed, now, q, partition))
+            added = [
+                (i, j)
+                for i, j in enumerate(site.jobs[n_base + done :], start=done + 1)
+                if j.partition == partition and j.state == "pending"
+            ]
+            tw = prev  # a twin is never changed once built (a what-if plays a copy)
+            if added:
+                tw = prev.clone()
+                self._add_own(tw, site, added, q)
         return self._remember(key, tw)
 
-    def _remember(self, key: tuple[str, datetime, int, float], tw: SimSite) -> SimSite:
+    def _remember(self, key: _TwinKey, tw: SimSite) -> SimSite:
         self._cache[key] = tw
         while len(self._cache) > self._cache_size():  # least recently used first
             self._cache.popitem(last=False)
@@ -128,16 +140,13 @@ class TwinPredictor:
         return tw
 
     def _add_own(
-        self, tw: SimSite, site: SiteSnapshot, own: Sequence[JobRecord], q: float, done: int
+        self, tw: SimSite, site: SiteSnapshot, own: Sequence[tuple[int, JobRecord]], q: float
     ) -> None:
-        """Queue our own submissions (the ``done``-th on) behind everything in ``tw``."""
+        """Queue our own submissions (each with its place among ours) behind all in ``tw``."""
         spec = self.specs[site.site]
-        known = {p.name for p in spec.partitions}
         nodes = {p: tw.node_count(p) for p in tw.partitions}
         jobs = []
-        for i, j in enumerate(own, start=done + 1):
-            if j.state != "pending" or j.partition not in known:
-                continue
+        for i, j in own:
             draw = q if q >= 0 else self._own_draw(site, q, i)
             jobs.append(_fit(self._as_pending(j, site.site, draw, _OWN_ROOM - i), spec, nodes))
         tw.submit_many(jobs)
@@ -148,7 +157,7 @@ class TwinPredictor:
         return random.Random(seed).random()
 
     def _cache_size(self) -> int:
-        return 64 + 2 * self.samples
+        return 4 * (64 + 2 * self.samples)
 
     def _quantiles(self, site: SiteSnapshot, q: float) -> Callable[[], float]:
         """Each job's usage quantile: ``q`` for all, or (``q < 0``) an independent draw."""
@@ -158,10 +167,13 @@ class TwinPredictor:
         rng = random.Random(seed)
         return rng.random
 
-    def _build(self, site: SiteSnapshot, now: datetime, q: float) -> SimSite:
+    def _build(
+        self, site: SiteSnapshot, now: datetime, q: float, partition: str | None = None
+    ) -> SimSite:
+        """The twin of ``partition``'s jobs (None: every partition's)."""
         draw = self._quantiles(site, q)
         spec = self.specs[site.site]
-        known = {p.name for p in spec.partitions}
+        known = {p.name for p in spec.partitions if partition is None or p.name == partition}
         index: dict[str, dict[str, int]] = {p: {} for p in known}
         for n in site.nodes:
             ix = index.get(n.partition)
@@ -172,7 +184,11 @@ class TwinPredictor:
         # The twin's clock reads seconds since a fixed epoch (rounded to the microseconds of
         # the snapshot's timestamps), so job ends that coincide at the site coincide here too.
         tw.advance(round((now - DEFAULT_EPOCH).total_seconds(), 6))
-        running, pending = self._ordered(site, now, known)
+        ordered = self._ordered(site, now)
+        running = [j for p in known for j in ordered.get(p, ((), ()))[0]]
+        pending = [j for p in known for j in ordered.get(p, ((), ()))[1]]
+        if len(known) > 1:  # every partition's: in the site's order (as one list would be)
+            running, pending = self._merged(running, pending, now)
         jobs: list[SimJob] = []
         for j in running:
             job = self._as_running(j, site.site, now, draw())
@@ -187,26 +203,38 @@ class TwinPredictor:
         tw.submit_many([_fit(job, spec, nodes) for job in jobs])
         return tw
 
-    def _ordered(
-        self, site: SiteSnapshot, now: datetime, known: set[str]
-    ) -> tuple[list[JobRecord], list[JobRecord]]:
-        """The running jobs by start, and the pending ones in the scheduler's order
-        (priority, then submit time, then job id): sorted once per snapshot, for every
-        quantile's twin."""
+    def _ordered(self, site: SiteSnapshot, now: datetime) -> dict[str, _Order]:
+        """Per partition, the running jobs by start and the pending ones in the scheduler's
+        order (priority, then submit time, then job id): sorted once per snapshot, for every
+        quantile's and partition's twin."""
         key = (site.site, site.taken_at, len(site.jobs), now)
         got = self._orders.get(key)
         if got is None:
-            ids = {j.job_id: _id_key(j.job_id) for j in site.jobs}
-            running = sorted(
-                (j for j in site.jobs if j.state == "running" and j.partition in known),
-                key=lambda j: (j.start_time or now, ids[j.job_id]),
+            running, pending = self._merged(
+                [j for j in site.jobs if j.state == "running"],
+                [j for j in site.jobs if j.state == "pending"],
+                now,
             )
-            pending = [j for j in site.jobs if j.state == "pending" and j.partition in known]
-            pending.sort(key=lambda j: (-(j.priority or 0), j.submit_time or now, ids[j.job_id]))
-            got = self._orders[key] = (running, pending)
+            got = {}
+            for j in running:
+                got.setdefault(j.partition, ([], []))[0].append(j)
+            for j in pending:
+                got.setdefault(j.partition, ([], []))[1].append(j)
+            self._orders[key] = got
             while len(self._orders) > 4 * len(self.specs) + 8:
                 self._orders.popitem(last=False)
         return got
+
+    @staticmethod
+    def _merged(
+        running: list[JobRecord], pending: list[JobRecord], now: datetime
+    ) -> tuple[list[JobRecord], list[JobRecord]]:
+        ids = {j.job_id: _id_key(j.job_id) for j in (*running, *pending)}
+        running = sorted(running, key=lambda j: (j.start_time or now, ids[j.job_id]))
+        pending = sorted(
+            pending, key=lambda j: (-(j.priority or 0), j.submit_time or now, ids[j.job_id])
+        )
+        return running, pending
 
     @staticmethod
     def _seed(tw: SimSite, j: JobRecord, job: SimJob, index: Mapping[str, int]) -> bool:
@@ -292,7 +320,7 @@ class TwinPredictor:
         key = (site.site, site.taken_at, len(site.jobs), q, self._probe_key(shape))
         w = self._waits.get(key)
         if w is None:
-            tw = self.twin(site, now, q)
+            tw = self.twin(site, now, q, shape.partition)
             start, _ = tw.what_if(self._probe_job(shape, 60.0))
             w = self._waits[key] = max(0.0, start - tw.now - self.start_delay_s)
         return w
@@ -321,22 +349,36 @@ class TwinPredictor:
 
         enumerate_candidates(envelope, sites, snapshot, now, record, None, ladder)
         for site, shapes in asked.values():
-            for q in self._qs(site.site):
-                todo = [
-                    (k, sh)
-                    for k, sh in shapes.items()
-                    if (site.site, site.taken_at, len(site.jobs), q, k) not in self._waits
-                ]
-                if not todo:
-                    continue
-                try:
-                    tw = self.twin(site, now, q)
-                    starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
-                except SimRequestError:  # the decision falls back for this site (__call__)
-                    break
-                for (k, _), (start, _) in zip(todo, starts, strict=True):
-                    wait = max(0.0, start - tw.now - self.start_delay_s)
-                    self._waits[(site.site, site.taken_at, len(site.jobs), q, k)] = wait
+            by_part: dict[str, list[tuple[_ProbeKey, Shape]]] = {}
+            for k, sh in shapes.items():
+                by_part.setdefault(sh.partition, []).append((k, sh))
+            try:
+                for q in self._qs(site.site):
+                    for part, wanted in by_part.items():
+                        self._prepare_part(site, now, q, part, wanted)
+            except SimRequestError:  # the decision falls back for this site (__call__)
+                continue
+
+    def _prepare_part(
+        self,
+        site: SiteSnapshot,
+        now: datetime,
+        q: float,
+        partition: str,
+        wanted: list[tuple[_ProbeKey, Shape]],
+    ) -> None:
+        todo = [
+            (k, sh)
+            for k, sh in wanted
+            if (site.site, site.taken_at, len(site.jobs), q, k) not in self._waits
+        ]
+        if not todo:
+            return
+        tw = self.twin(site, now, q, partition)
+        starts = tw.what_if_many([self._probe_job(sh, 60.0) for _, sh in todo])
+        for (k, _), (start, _) in zip(todo, starts, strict=True):
+            wait = max(0.0, start - tw.now - self.start_delay_s)
+            self._waits[(site.site, site.taken_at, len(site.jobs), q, k)] = wait
 
     def __call__(
         self, shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
