@@ -1,7 +1,7 @@
 """What a decision of the default placement (``auto``) costs, beside ``earliest-start``.
 
     .venv/bin/python bench/auto_decisions.py
-    .venv/bin/python bench/auto_decisions.py --burst 200 --rounds 3
+    .venv/bin/python bench/auto_decisions.py --bursts 30,100,200 --rounds 3
 
 ``bench/perf.py`` times the snapshot policy; this times ``auto`` itself, as a coordinator
 runs it (:class:`~federation.placement.learned.LearnedPlacement` after one look at the
@@ -75,13 +75,13 @@ def burst(name: str, n_sites: int, jobs: int, n: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--burst", type=int, default=100)
+    ap.add_argument("--bursts", default="30,100", help="burst sizes at 4 sites x 1,000 jobs")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
 
-    cases = [(4, 1_000, args.burst), (100, 10_000, 3)]
+    cases = [(4, 1_000, int(n)) for n in args.bursts.split(",")] + [(100, 10_000, 3)]
     out: list[dict[str, Any]] = []
     for n_sites, jobs, n in cases:
         runs: dict[str, list[dict[str, float]]] = {"auto": [], "earliest-start": []}
