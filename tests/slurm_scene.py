@@ -89,9 +89,13 @@ def held_blocks(slurm: Any, site: str) -> set[str]:
     return out
 
 
-def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 90.0) -> None:
+def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 180.0) -> None:
     """Wait until no job is queued or running on ``sites`` (but for held withdrawn copies);
-    fail saying what is left."""
+    fail saying what is left. The default covers a user endpoint process's idle lifetime
+    on the local sites (24 heartbeats of 5 s, ``endpoint/manager.py`` ``LOCAL_LIFETIMES``):
+    an earlier test's blocks were seen to stay until their process ended (two blocks of
+    the hedging test's free site, 2 min 13 s after submission, with no task left in them),
+    so a 90 s wait failed the next test."""
     deadline = time.monotonic() + timeout_s
     while True:
         left = {s: jobs for s in sites if (jobs := active_jobs(slurm, s))}
