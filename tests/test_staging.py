@@ -19,7 +19,7 @@ import pytest
 from inprocess import FixedCoordinator, ThreadSite
 
 from federation.core.envelope import ResourceEnvelope, StageIn
-from federation.core.errors import DataNotFoundError
+from federation.core.errors import DataNotFoundError, TransferError
 from federation.core.spec import load_sites
 from federation.core.storage import site_storage
 from federation.core.tasks import PythonTask
@@ -258,5 +258,28 @@ def test_a_retry_on_another_site_moves_the_inputs_there_first(tmp_path: Path) ->
         staged = [e.site for e in events if e.kind == "task.staged"]
         assert staged == [first, second], [(e.kind, e.site) for e in events]
         assert (_ws(tmp_path, second) / "in.txt").read_text() == "wherever it runs"
+    finally:
+        coord.close()
+
+
+def test_an_input_on_a_site_no_transfer_reaches_is_refused_saying_so(tmp_path: Path) -> None:
+    sites = [ThreadSite(s) for s in load_sites(["local", "delta", "anvil"])]
+    coord = FixedCoordinator(  # anvil has no data path: no transfer backend serves it
+        sites,
+        store=Store(tmp_path / "coordinator.db"),
+        result_storage=lambda s: site_storage(s, tmp_path),
+        transfer_backends=dict.fromkeys(
+            ("local", "delta"), LocalCopyBackend(["local", "delta"], tmp_path)
+        ),
+    )
+    for s in sites:
+        s.coord = coord
+    try:
+        with pytest.raises(TransferError, match=r"input anvil:in\.txt cannot be staged to delta"):
+            coord.submit_task(
+                PythonTask(_reads, ("in.txt",)),
+                _on("delta", StageIn(site="anvil", path="in.txt", size_bytes=1)),
+            )
+        assert coord.store.tasks() == []  # type: ignore[union-attr]
     finally:
         coord.close()

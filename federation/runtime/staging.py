@@ -24,7 +24,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from federation.core.errors import FederationError
+from federation.core.errors import FederationError, TransferError
 from federation.core.workspace import workspace_rel
 from federation.runtime.events import Event
 
@@ -91,10 +91,9 @@ class Staging:
             try:  # a missing input or a site no transfer reaches: raised, nothing recorded
                 manager = self.rt.transfers
                 manager.backend_for(d.site, handle.site, handle.caller).validate(request)
-            except FederationError as e:
-                raise type(e)(
-                    f"input {d.site}:{d.path} cannot be staged to {handle.site}: {e}"
-                ) from e
+            except FederationError as e:  # the transfer error's own kind, else a TransferError
+                kind = type(e) if isinstance(e, TransferError) else TransferError
+                raise kind(f"input {d.site}:{d.path} cannot be staged to {handle.site}: {e}") from e
         inputs = [f"{d.site}:{d.path}" for d in needs]
         self.hedging.shipping.record(handle, task, {"stage_in": inputs})
         self.stage(handle, task, needs)
