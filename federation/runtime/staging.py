@@ -51,6 +51,8 @@ class _Staged:
         self.bytes = 0
         self.started = time.monotonic()
         self.over = False
+        self.armed = False
+        """Set once ``task.staging`` is out: arrivals before it wait for it."""
 
 
 class Staging:
@@ -139,6 +141,9 @@ class Staging:
                 self._end(entry, f"input {d.site}:{d.path} cannot be staged to {handle.site}: {e}")
                 return
             started.append(th.id)
+        with self._lock:
+            if entry.over:  # failed (or cancelled) while the others were being started
+                return
         self.rt.events.emit(
             "task.staging",
             handle.id,
@@ -148,6 +153,9 @@ class Staging:
             bytes=sum(d.size_bytes for d in needs),
             workspace=str(ws),
         )
+        with self._lock:
+            entry.armed = True  # task.staged may follow now: never before task.staging
+        self._arrived(entry)
 
     def cancel(self, handle: TaskHandle, reason: str) -> bool:
         """Cancel a task whose inputs are still moving (False: it is not staging)."""
@@ -174,7 +182,12 @@ class Staging:
                 return
             entry.arrived.add(ev.task_id)
             entry.bytes += int(ev.detail.get("bytes_transferred") or 0)
-            if len(entry.arrived) < entry.waiting:
+        self._arrived(entry)
+
+    def _arrived(self, entry: _Staged) -> None:
+        """Ship the task if every input has arrived (once, and after ``task.staging``)."""
+        with self._lock:
+            if entry.over or not entry.armed or len(entry.arrived) < entry.waiting:
                 return
             entry.over = True
             self._open.pop(entry.handle.id, None)
