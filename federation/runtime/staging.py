@@ -9,8 +9,8 @@ path on the chosen site (``task.staging`` names them), and the task is handed to
 when the last one has arrived (``task.staged``, with how long the data took) -- from the
 transfers' own events, never by polling. An input that is missing (or on a site no transfer
 reaches) is refused by ``submit_task`` with nothing recorded; a transfer that fails later
-fails the task, naming the input and why; cancelling the task while its inputs move fails
-it at once.
+fails the task with the transfer's own error (which names the path); cancelling the task
+while its inputs move fails it at once.
 
 A staged task runs as one copy (its inputs go to one site), so its decision's hedges are
 dropped. After a restart, a recorded task that was never handed to its site is staged
