@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from federation.core.errors import BadEnvelopeError
 from federation.core.model import Frozen
-from federation.core.workspace import inside
+from federation.core.workspace import WorkspacePath
 
 Arch = Literal["x86_64", "aarch64"]
 
@@ -21,17 +20,11 @@ class StageIn(Frozen):
     site means moving it first (``move_data``), and placement counts that time."""
 
     site: str = Field(min_length=1)
-    path: str = Field(
+    path: WorkspacePath = Field(
         min_length=1,
         description="relative to your workspace on that site (as a result's `outputs` name it)",
     )
     size_bytes: int = Field(ge=0, le=10**18)
-
-    @field_validator("path")
-    @classmethod
-    def _in_workspace(cls, path: str) -> str:
-        inside(PurePosixPath("."), path)  # ValueError for absolute paths and '..'
-        return path
 
 
 class ResourceEnvelope(Frozen):

@@ -20,7 +20,9 @@ import hashlib
 import re
 import shlex
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator
 
 from federation.core.errors import TransferPathError, WorkspaceAccessError
 from federation.core.model import Frozen
@@ -72,6 +74,17 @@ def inside(workspace: PurePosixPath, path: str) -> PurePosixPath:
             "(e.g. 'data/input.csv'), without '..'"
         )
     return workspace / p
+
+
+def workspace_path(path: str) -> str:
+    """``path`` itself, if it names a file inside a workspace (else ValueError, as
+    :func:`inside`): the check of :data:`WorkspacePath` fields."""
+    inside(PurePosixPath("."), path)
+    return path
+
+
+WorkspacePath = Annotated[str, AfterValidator(workspace_path)]
+"""A path relative to a workspace, checked to stay inside it (no absolute path, no ``..``)."""
 
 
 def wrap_shell(command: str, root: str, site: str) -> str:

@@ -428,16 +428,15 @@ def _fit(job: SimJob, spec: SiteSpec, nodes: Mapping[str, int]) -> SimJob:
         and job.gpus_per_node <= p.gpus_per_node
     ):
         return job  # the common case: within every limit, nothing to copy
-    fitted = replace(
+    return replace(
         job,
-        walltime_s=min(job.walltime_s, float(p.max_walltime_s)),
-        run_s=min(job.run_s, float(p.max_walltime_s)),
+        walltime_s=min(job.walltime_s, cap_s),
+        run_s=min(job.run_s, cap_s),
         nodes=min(job.nodes, nodes.get(p.name, job.nodes)),
         cpus_per_node=min(job.cpus_per_node, p.cpus_per_node),
         mem_mb_per_node=min(job.mem_mb_per_node, p.mem_gb_per_node * 1024),
         gpus_per_node=min(job.gpus_per_node, p.gpus_per_node),
     )
-    return job if fitted == job else fitted
 
 
 _OWN_ROOM = 10**6

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from federation.core.envelope import StageIn
 from federation.core.model import Frozen
-from federation.core.workspace import inside
+from federation.core.workspace import WorkspacePath
 
 if TYPE_CHECKING:
     from federation.runtime.handles import TaskHandle
@@ -31,19 +30,12 @@ class ChildNeed(Frozen):
     """A sibling's output a group child reads."""
 
     child: str = Field(min_length=1, max_length=200, description="the sibling's name")
-    path: str | None = Field(
+    path: WorkspacePath | None = Field(
         default=None,
         max_length=4096,
         description="the file, in the workspace as the sibling's result `outputs` name it; "
         "omitted: every file the sibling listed",
     )
-
-    @field_validator("path")
-    @classmethod
-    def _in_workspace(cls, path: str | None) -> str | None:
-        if path is not None:
-            inside(PurePosixPath("."), path)  # ValueError for absolute paths and '..'
-        return path
 
 
 def check_needs(names: Sequence[str], needs: Mapping[str, Sequence[ChildNeed]]) -> None:

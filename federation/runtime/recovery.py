@@ -403,9 +403,7 @@ class Recovery:
         )
         task = h.task
         assert task is not None  # only a task with its spec is shipped again
-        needs = self.staging.needs(h)
-        if needs:  # its inputs may not have arrived: staged again (arrived ones are skipped)
-            self.staging.stage(h, task, needs)
+        if self.staging.stage_if_needed(h, task):  # inputs staged again (arrived: skipped)
             return
         try:
             fut = shipping.send(
