@@ -77,6 +77,22 @@ class Agent:
             seen += page["events"]
         return seen
 
+    async def run(
+        self, command: str, name: str, envelope: dict[str, Any], timeout_s: float
+    ) -> tuple[Any, list[Any], Any]:
+        """One step: submit it, wait on its events until it ends, read its result once;
+        the submission, its events and the result (an AssertionError if it failed)."""
+        sub = await self.call(
+            "submit_task", {"command": command, "name": name, "envelope": envelope}
+        )
+        events = await self.until(
+            sub["cursor"], sub["task_id"], {"task.completed", "task.failed"}, timeout_s
+        )
+        result = (await self.call("get_result", {"task_id": sub["task_id"]}))["result"]
+        if result["status"] != "completed":
+            raise AssertionError(f"step {name} failed: {result['error']} {result['stderr']}")
+        return sub, events, result
+
 
 def _at(ev: dict[str, Any]) -> float:
     return datetime.fromisoformat(ev["at"]).timestamp()
@@ -90,16 +106,9 @@ async def three_step(client: Any, timeout_s: float = 300) -> dict[str, Any]:
     snap = await agent.call("inspect_federation", {"refresh": True})
     workspaces = {s["site"]: s["workspace"] for s in snap["sites"]}
     cpu_env = {"sites": ["delta"], "cpus_min": 1, "mem_gb_min": 1, "walltime_s": 300}
-    prep = await agent.call(
-        "submit_task",
-        {"command": PREPARE.format(rows=ROWS), "name": "prepare", "envelope": cpu_env},
+    prep, prep_events, r1 = await agent.run(
+        PREPARE.format(rows=ROWS), "prepare", cpu_env, timeout_s
     )
-    prep_events = await agent.until(
-        prep["cursor"], prep["task_id"], {"task.completed", "task.failed"}, timeout_s
-    )
-    r1 = (await agent.call("get_result", {"task_id": prep["task_id"]}))["result"]
-    if r1["status"] != "completed":
-        raise AssertionError(f"the preparation failed: {r1['error']} {r1['stderr']}")
     table = next(o for o in r1["outputs"] if o["path"].endswith("table.csv"))
 
     gpu_env = {
@@ -109,15 +118,7 @@ async def three_step(client: Any, timeout_s: float = 300) -> dict[str, Any]:
         "walltime_s": 300,
         "stage_in": [{"site": "delta", "path": table["path"], "size_bytes": table["size_bytes"]}],
     }
-    gpu = await agent.call(
-        "submit_task", {"command": GPU_STEP, "name": "gpu-step", "envelope": gpu_env}
-    )
-    gpu_events = await agent.until(
-        gpu["cursor"], gpu["task_id"], {"task.completed", "task.failed"}, timeout_s
-    )
-    r2 = (await agent.call("get_result", {"task_id": gpu["task_id"]}))["result"]
-    if r2["status"] != "completed":
-        raise AssertionError(f"the GPU step failed: {r2['error']} {r2['stderr']}")
+    gpu, gpu_events, r2 = await agent.run(GPU_STEP, "gpu-step", gpu_env, timeout_s)
     summary = next(o for o in r2["outputs"] if o["path"].endswith("summary.txt"))
 
     back = await agent.call(

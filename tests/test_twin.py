@@ -220,20 +220,24 @@ def _kth_window() -> tuple[dict[str, SiteSpec], dict[str, SimSite], UsageRatioMo
     return specs, sims, usage
 
 
+_KTH_ENVELOPES = (
+    ResourceEnvelope(cpus_min=16, cpus_max=64, mem_gb_min=32, walltime_s=3 * 3600),
+    ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=6 * 3600),
+)
+"""A CPU and a GPU envelope decided on the KTH window."""
+
+
+def _kth_runtime(s: Shape) -> float:
+    return 1200.0 / (s.gpus or s.cpus / 16)
+
+
 @pytest.mark.parametrize("samples", [6, 0])
 def test_prepared_twin_decides_exactly_as_one_shape_at_a_time(samples: int) -> None:
     """The fast path (waits memoized across policies, every shape of a decision batched into
     one what-if pass per twin and partition) gives the very numbers of asking each shape
     alone on fresh twins: same candidates, same predicted waits, same choice."""
     specs, sims, usage = _kth_window()
-    envelopes = (
-        ResourceEnvelope(cpus_min=16, cpus_max=64, mem_gb_min=32, walltime_s=3 * 3600),
-        ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=6 * 3600),
-    )
-
-    def rt(s: Shape) -> float:
-        return 1200.0 / (s.gpus or s.cpus / 16)
-
+    envelopes, rt = _KTH_ENVELOPES, _kth_runtime
     fast = TwinPredictor(specs, usage, samples=samples)
     fast_policies = [twin(fast, rt), twin_hedge(fast, rt)]
     assert all(p.prepare is not None for p in fast_policies)
@@ -268,14 +272,7 @@ def test_a_burst_adds_our_own_jobs_to_the_twin_instead_of_replaying_the_queue() 
     is built again from the whole queue with our jobs in it, while the queue is replayed
     once per site and quantile for the whole burst."""
     specs, sims, usage = _kth_window()
-    envelopes = (
-        ResourceEnvelope(cpus_min=16, cpus_max=64, mem_gb_min=32, walltime_s=3 * 3600),
-        ResourceEnvelope(gpus_min=1, gpus_max=4, cpus_min=8, mem_gb_min=32, walltime_s=6 * 3600),
-    )
-
-    def rt(s: Shape) -> float:
-        return 1200.0 / (s.gpus or s.cpus / 16)
-
+    envelopes, rt = _KTH_ENVELOPES, _kth_runtime
     now = DEFAULT_EPOCH + timedelta(seconds=sims["delta"].now)
     fed = FederationSnapshot(taken_at=now, sites=tuple(s.snapshot() for s in sims.values()))
     fast = TwinPredictor(specs, usage)
