@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     ap.add_argument("--regimes", default="light,busy", help=f"comma list of {sorted(REGIMES)}")
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma list of policies")
-    ap.add_argument("--judge", default="twin-watch", help="the policy judged against targets")
+    ap.add_argument("--judge", default="auto", help="the policy judged against targets")
     ap.add_argument("--hours", type=float, default=24.0, help="virtual hours of probe rounds")
     ap.add_argument("--warmup-h", type=float, default=24.0)
     ap.add_argument("--probe-interval-s", type=float, default=120.0)

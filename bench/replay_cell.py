@@ -382,7 +382,7 @@ def _one_task(
     fed = a.view(fed)
     d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
     slurm_wait = None
-    if a.name.startswith("twin"):
+    if a.name.startswith("twin") or a.name == "auto":
         site_snap = next(s for s in fed.sites if s.site == d.chosen.site)
         slurm_wait = a.slurm.wait(d.chosen.shape, site_snap, now_dt, 0.5)  # type: ignore[arg-type]
     elif a.name == "best-feasible":

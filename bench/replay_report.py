@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.replay_cell import Cell
+from bench.replay_paired import paired, paired_json, paired_lines
 from bench.replay_setup import SITES
 from federation.placement.metrics import PolicySummary, fmt_s, summarize
 
@@ -127,7 +128,8 @@ def render(
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for c in cells:
         groups[(c.trace, c.regime)].append(c)
-    all_ok = True
+    all_ok = never_worse = True
+    judged_any = False
     for (tname, regime), cs in groups.items():
         util = {k: round(float(np.mean([c.utilization[k] for c in cs])), 2) for k in SITES}
         lines += [f"## {tname}, {regime} (utilization {util})", ""]
@@ -159,9 +161,22 @@ def render(
             cpt = float(np.mean([o.copies for c in cs for o in c.outcomes[judged]]))
             if budget is not None and cpt > budget + 1e-9:
                 all_ok = False
+            pr = paired(cs, judged, {v.seed for v in verdicts if v.judged})
+            lines += paired_lines(judged, pr)
+            group["vs_best_feasible"] = paired_json(pr)
+            never_worse &= pr.ok
+            judged_any = True
         data["groups"].append(group)
-    lines.append(f"**All targets met: {'yes' if all_ok else 'no'}** (judged: {judged}).")
+    if not judged_any:  # nothing was judged: say so, never "yes"
+        lines.append(f"**Targets not judged**: {judged} or best-feasible was not run.")
+        all_ok = never_worse = False
+    else:
+        lines.append(f"**All targets met: {'yes' if all_ok else 'no'}** (judged: {judged}).")
+        lines.append(
+            f"**Never worse than best-feasible, every cell: {'yes' if never_worse else 'no'}**."
+        )
     data["all_ok"] = all_ok
+    data["never_worse"] = never_worse
     return "\n".join(lines), data
 
 
@@ -203,7 +218,7 @@ def write(out: Path, text: str, data: dict[str, Any]) -> None:
     out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
 
 
-COMPACT = ("fixed:delta", "earliest-start", "best-feasible", "twin", "twin-watch")
+COMPACT = ("fixed:delta", "earliest-start", "best-feasible", "twin", "twin-watch", "auto")
 
 
 def render_compact(data: dict[str, Any]) -> str:
@@ -213,8 +228,9 @@ def render_compact(data: dict[str, Any]) -> str:
     lines = [
         "| trace | regime | policy | mean extra s | P95 extra s | near-fastest % "
         "| wait ±1 min % (Slurm est.) | copies/task | held s/task | dup. run s/task "
-        "| bg delay s/task | seeds meeting targets |",
-        "|" + "---|" * 12,
+        "| bg delay s/task | seeds meeting targets "
+        "| never worse than bf (bg delay vs bf, paired) |",
+        "|" + "---|" * 13,
     ]
     for g in data["groups"]:
         judged_seeds = [s for s in g["seeds"] if s["judged"]]
@@ -233,6 +249,23 @@ def render_compact(data: dict[str, Any]) -> str:
                 f"| {fmt_s(s['p95_extra_s'])} | {s['near_fastest_pct']:.1f} | {wait} "
                 f"| {s['copies_per_task']:.2f} | {fmt_s(s['hedge_held_s_per_task'])} "
                 f"| {fmt_s(s['duplicate_run_s_per_task'])} | {'-' if bg is None else fmt_s(bg)} "
-                f"| {met if p == judged else ''} |"
+                f"| {met if p == judged else ''} | {_vs_bf(g) if p == judged else ''} |"
             )
     return "\n".join(lines)
+
+
+def _vs_bf(g: dict[str, Any]) -> str:
+    v = g.get("vs_best_feasible")
+    if v is None:
+        return ""
+    bg = v["bg_diff_s_per_task"]
+    ci = v["bg_diff_ci95_s"]
+    delta = (
+        "-"
+        if bg is None
+        else f"{fmt_s(bg)} s" + (f" [{fmt_s(ci[0])}, {fmt_s(ci[1])}]" if ci else "")
+    )
+    return (
+        f"{'yes' if v['ok'] else 'no'} (worse on {len(v['worse_seeds'])} of "
+        f"{v['judged_seeds']} seeds; {delta})"
+    )

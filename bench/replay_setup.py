@@ -19,6 +19,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.spec import SiteSpec, load_sites
 from federation.placement.budget import HedgeBudget
 from federation.placement.candidates import Candidate, WaitFn
+from federation.placement.learned import auto_policy
 from federation.placement.policies import (
     Policy,
     Watch,
@@ -44,6 +45,7 @@ POLICIES = (
     "twin",
     "twin-hedge",
     "twin-watch",
+    "auto",
 )
 # Target utilization per site: busy regimes differ by site, as production systems do.
 REGIMES = {
@@ -203,6 +205,8 @@ def make_policy(
         return bf
     if name == "twin":
         return twin(single, runtime)
+    if name == "auto":  # the default, as a coordinator builds it: one copy
+        return auto_policy(single, runtime, slurm)
     if name == "twin-hedge":
         return twin_hedge(twin_pred, runtime, max_copies=opts.max_copies, budget=budget)
     if name == "twin-watch":

@@ -223,7 +223,7 @@ def test_twin_hedge_is_reachable_by_name_and_defaults_do_not_hedge() -> None:
     assert isinstance(pol, Policy) and pol.name == "twin-hedge" and pol.max_copies == 2
     coord = FixedCoordinator([GatedSite(s) for s in load_sites(["local", "delta"])])
     try:
-        assert coord.policy == "auto" and coord._placer().name == "twin"
+        assert coord.policy == "auto" and coord._placer().name == "auto"
         decision = coord.plan(ENV)
         assert decision.hedges == ()  # idle sites: no copy is worth its cost
         coord.policy = "twin-hedge"

@@ -9,7 +9,7 @@ from test_placement import NOW, SPECS, _fed, _site_snapshot, _spec
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import FederationSnapshot
 from federation.placement.decide import place
-from federation.placement.learned import LearnedPlacement
+from federation.placement.learned import BOUND_WEIGHT, LearnedPlacement
 
 
 def _nap() -> int:
@@ -25,11 +25,14 @@ GPU = ResourceEnvelope(gpus_min=1, gpus_max=1, cpus_min=8, mem_gb_min=32, wallti
 
 def test_auto_is_twin_watch_where_copies_can_be_withdrawn_else_twin() -> None:
     hedging = LearnedPlacement(SPECS, hedge=True)
-    assert hedging.policy.name == "twin-watch" and hedging.policy.watch is not None
+    assert hedging.policy.name == "auto" and hedging.policy.watch is not None
+    assert hedging.policy.hedge_within is not None and hedging.policy.bound is not None
     assert hedging.budget is not None and hedging.budget.copies_per_task == 1.2
     once = LearnedPlacement(SPECS, hedge=False)
-    assert once.policy.name == "twin" and once.policy.watch is None and once.budget is None
-    assert place(GPU, SPECS, _fed(), now=NOW).policy == "twin"  # place()'s default
+    assert once.policy.name == "auto" and once.policy.watch is None and once.budget is None
+    assert once.policy.hedge_within is None and once.policy.ladder
+    assert once.policy.bound is not None and once.policy.bound.weight == BOUND_WEIGHT
+    assert place(GPU, SPECS, _fed(), now=NOW).policy == "auto"  # place()'s default
 
 
 def test_jobs_that_vanish_between_probes_are_usage_observations() -> None:
@@ -96,7 +99,7 @@ def test_a_coordinator_places_with_auto_by_default_and_learns_each_finished_task
     try:
         assert coord.policy == "auto" and coord.learned is not None
         h = coord.submit_task(PythonTask(_nap), ResourceEnvelope(cpus_min=1))
-        assert h.decision.policy in ("twin", "twin-watch")
+        assert h.decision.policy == "auto"
         assert coord.result_value(h, timeout_s=30) == 9
         deadline = time.monotonic() + 10
         while "_nap" not in coord.learned.runtimes._obs and time.monotonic() < deadline:

@@ -79,6 +79,9 @@ class Candidate(Frozen):
     shape: Shape
     predicted_wait_s: float = Field(ge=0)
     wait_q90_s: float | None = Field(default=None, ge=0)
+    wait_bound_s: float | None = Field(
+        default=None, ge=0, description="the wait on Slurm's plan, every job run to its limit"
+    )
     predicted_runtime_s: float = Field(default=0.0, ge=0)
     pending_jobs: int = Field(default=0, ge=0)
     free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")

@@ -38,14 +38,42 @@ from federation.core.hardware import speed_prior
 from federation.core.snapshot import FederationSnapshot, SiteSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.budget import HedgeBudget
+from federation.placement.candidates import RuntimeFn, WaitFn
+from federation.placement.guard import WaitBound
 from federation.placement.policies import Policy, Watch, twin, twin_watch
 from federation.placement.runtime_model import TaskRuntimeModel, UsageRatioModel
 from federation.placement.twin import TwinPredictor
 
-__all__ = ["AUTO", "LearnedPlacement"]
+__all__ = ["AUTO", "BOUND_WEIGHT", "LearnedPlacement", "auto_policy"]
 
 AUTO = "auto"
+BOUND_WEIGHT = 0.25
+"""The share of the gap between Slurm's plan and the twin's wait a candidate is charged: the
+twin's own risk weight on its wait spread, chosen before any replay and never set per trace."""
 _WORKLOAD: contextvars.ContextVar[str | None] = contextvars.ContextVar("workload", default=None)
+
+
+def auto_policy(
+    wait_fn: WaitFn,
+    runtime_fn: RuntimeFn | None,
+    plan_fn: WaitFn,
+    *,
+    hedge: bool = False,
+    watch: Watch | None = None,
+    budget: HedgeBudget | None = None,
+    weight: float = BOUND_WEIGHT,
+) -> Policy:
+    """The default's ranking: ``twin`` (or ``twin-watch`` with ``hedge``) on ``wait_fn``,
+    charged ``weight`` times how far Slurm's plan (``plan_fn``: every job to its limit) lies
+    beyond each candidate's predicted wait (:mod:`federation.placement.guard`). The replay
+    benchmark builds its ``auto`` row with this same function."""
+    bound = WaitBound(plan_fn, weight)
+    if hedge:
+        p = twin_watch(wait_fn, runtime_fn, watch=watch, budget=budget, bound=bound)
+    else:
+        p = twin(wait_fn, runtime_fn, bound=bound)
+    p.name = AUTO
+    return p
 
 
 class LearnedPlacement:
@@ -68,19 +96,22 @@ class LearnedPlacement:
         self._running: dict[str, dict[str, tuple[datetime, float, str | None]]] = {}
         self._last_look: dict[str, datetime] = {}
         self.hedge = hedge
+        # Slurm's own plan (every job to its limit): the second opinion the ranking charges
+        plan = TwinPredictor(self.specs, UsageRatioModel(), max_jobs=max_jobs)
         if hedge:
             predictor = TwinPredictor(self.specs, self.usage, samples=samples, max_jobs=max_jobs)
             self.budget: HedgeBudget | None = HedgeBudget(copies_per_task=copies_per_task)
-            self.policy: Policy = twin_watch(
-                predictor, self._runtime, watch=watch, budget=self.budget
+            self.policy: Policy = auto_policy(
+                predictor, self._runtime, plan, hedge=True, watch=watch, budget=self.budget
             )
         else:
             self.budget = None
-            self.policy = twin(
-                TwinPredictor(self.specs, self.usage, max_jobs=max_jobs), self._runtime
+            self.policy = auto_policy(
+                TwinPredictor(self.specs, self.usage, max_jobs=max_jobs), self._runtime, plan
             )
         self.policy.notes["auto"] = (
-            f"auto: {self.policy.name} ({'copies can be withdrawn' if hedge else 'one copy'})"
+            f"auto: {'twin-watch' if hedge else 'twin'} charged for Slurm's plan "
+            f"({'copies can be withdrawn' if hedge else 'one copy'})"
         )
 
     # -- what a decision is for ------------------------------------------------------------

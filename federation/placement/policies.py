@@ -51,6 +51,7 @@ from federation.placement.candidates import (
     no_feasible,
     snapshot_wait,
 )
+from federation.placement.guard import WaitBound, bounded_key
 
 SortKey = Callable[[Candidate], tuple[float, ...]]
 PrepareFn = Callable[
@@ -120,6 +121,8 @@ class Policy:
     """Keep judging a task still queued (see :meth:`extra_copy`); None: decide once."""
     budget: HedgeBudget | None = None
     """Copies beyond the first are bought from this budget (None: every rule-made copy)."""
+    bound: WaitBound | None = None
+    """A second opinion on each candidate's wait (Slurm's plan), for the ranking to charge."""
 
     def decide(
         self,
@@ -140,6 +143,9 @@ class Policy:
         cands, rejected = enumerate_candidates(
             envelope, sites, snapshot, now, self.wait_fn, self.runtime_fn, self.ladder
         )
+        if self.bound is not None and cands:
+            self.bound.prepare(envelope, sites, snapshot, now, self.ladder)
+            cands = self.bound.apply(cands, snapshot, now)
         if self.only_site is not None:
             rejected += [
                 Rejection(
@@ -336,12 +342,16 @@ def twin(
     risk: float = 0.25,
     usefulness: float = 0.05,
     name: str = "twin",
+    bound: WaitBound | None = None,
 ) -> Policy:
-    """Completion plus ``risk`` times the wait's spread; shapes from the envelope's ladder."""
+    """Completion plus ``risk`` times the wait's spread; shapes from the envelope's ladder.
+    With ``bound``, plus its weight times how far Slurm's plan lies beyond the wait
+    (:mod:`federation.placement.guard`)."""
+    weight = bound.weight if bound is not None else 0.0
 
     def key(c: Candidate) -> tuple[float, ...]:
         spread = (c.wait_q90_s or c.predicted_wait_s) - c.predicted_wait_s
-        return (c.predicted_completion_s + risk * spread, *_tie(c))
+        return (c.predicted_completion_s + risk * spread + bounded_key(c, weight), *_tie(c))
 
     return Policy(
         name=name,
@@ -351,6 +361,7 @@ def twin(
         ladder=True,
         usefulness=usefulness,
         prepare=getattr(wait_fn, "prepare", None),
+        bound=bound,
     )
 
 
@@ -363,8 +374,9 @@ def twin_hedge(
     risk: float = 0.25,
     max_copies: int = 2,
     budget: HedgeBudget | None = None,
+    bound: WaitBound | None = None,
 ) -> Policy:
-    p = twin(wait_fn, runtime_fn, risk=risk, name="twin-hedge")
+    p = twin(wait_fn, runtime_fn, risk=risk, name="twin-hedge", bound=bound)
     p.hedge_within = within
     p.hedge_spread_s = spread_s
     p.max_copies = max_copies
@@ -379,9 +391,10 @@ def twin_watch(
     watch: Watch | None = None,
     max_copies: int = 2,
     budget: HedgeBudget | None = None,
+    bound: WaitBound | None = None,
 ) -> Policy:
     """``twin-hedge`` that re-judges a task while all its copies are still queued."""
-    p = twin_hedge(wait_fn, runtime_fn, max_copies=max_copies, budget=budget)
+    p = twin_hedge(wait_fn, runtime_fn, max_copies=max_copies, budget=budget, bound=bound)
     p.name = "twin-watch"
     p.watch = watch or Watch()
     return p

@@ -312,9 +312,11 @@ class TwinPredictor:
 
     def _qs(self, site: str) -> list[float]:
         """The twins :meth:`__call__` consults for ``site``: sampled, or two quantiles."""
-        if self.samples > 0 and self.usage.samples(site) > 0:
+        n = self.usage.samples(site)
+        if self.samples > 0 and n > 0:
             return [-1.0 - k for k in range(self.samples)]
-        return [self.q_mid, self.q_high]
+        # nothing finished seen there yet: every job runs to its limit at any quantile
+        return [self.q_mid, self.q_high] if n > 0 else [self.q_mid]
 
     def wait(self, shape: Shape, site: SiteSnapshot, now: datetime, q: float) -> float:
         key = (site.site, site.taken_at, len(site.jobs), q, self._probe_key(shape))
@@ -403,8 +405,9 @@ class TwinPredictor:
             how = f"{self.samples} sampled twins"
         else:
             mid = self.wait(shape, site, now, self.q_mid)
-            high = max(mid, self.wait(shape, site, now, self.q_high))
-            how = "quantile twin"
+            # no finished job seen: one twin, every job to its limit (the quantile is moot)
+            high = max(mid, self.wait(shape, site, now, self.q_high)) if n > 0 else mid
+            how = "quantile twin" if n > 0 else "every job to its limit"
         why = (
             f"twin: {part.jobs_running} running, {part.jobs_pending} pending; median wait "
             f"{mid:.0f} s, p{int(self.q_high * 100)} {high:.0f} s "

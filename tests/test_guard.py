@@ -1,0 +1,61 @@
+"""The default's second opinion: Slurm's plan (every job to its limit) charged in the ranking."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from test_placement import NOW, SPECS, _fed
+
+from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.snapshot import PartitionSnapshot, SiteSnapshot
+from federation.placement.learned import BOUND_WEIGHT, auto_policy
+from federation.placement.policies import twin
+
+GPU = ResourceEnvelope(gpus_min=4, gpus_max=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
+
+
+def _waits(by_site: dict[str, float]):  # type: ignore[no-untyped-def]
+    def fn(
+        shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, now: datetime
+    ) -> tuple[float, float, str]:
+        w = by_site[site.site]
+        return w, w, f"{w:.0f} s"
+
+    return fn
+
+
+TWIN = _waits({"delta": 600.0, "anvil": 1200.0, "deltaai": 9e5, "vista": 9e5, "local": 9e5})
+
+
+def test_a_site_fast_only_if_every_job_ends_early_pays_for_the_gamble() -> None:
+    # the twin says delta (600 s) beats anvil (1,200 s); Slurm's plan says delta's jobs
+    # could hold it 20,000 s, anvil's 1,300 s: charged a quarter of the gap, anvil wins
+    plan = _waits({"delta": 20_000.0, "anvil": 1_300.0, "deltaai": 9e5, "vista": 9e5, "local": 9e5})
+    alone = twin(TWIN, None).decide(GPU, SPECS, _fed(), NOW)
+    guarded = auto_policy(TWIN, None, plan).decide(GPU, SPECS, _fed(), NOW)
+    assert alone.chosen.site == "delta"
+    assert guarded.chosen.site == "anvil" and guarded.policy == "auto"
+    # the predictions shown stay the twin's; the plan is recorded beside them
+    by_site = {c.site: c for c in guarded.candidates}
+    assert by_site["delta"].predicted_wait_s == 600.0
+    assert by_site["delta"].wait_bound_s == 20_000.0
+    assert by_site["anvil"].wait_bound_s == 1_300.0
+    # charged: 0.25 x 19,400 s on delta against 0.25 x 100 s on anvil
+    assert BOUND_WEIGHT == 0.25
+
+
+def test_where_the_plan_agrees_the_default_places_as_the_twin_does() -> None:
+    plan = _waits({"delta": 700.0, "anvil": 1_250.0, "deltaai": 9e5, "vista": 9e5, "local": 9e5})
+    alone = twin(TWIN, None).decide(GPU, SPECS, _fed(), NOW)
+    guarded = auto_policy(TWIN, None, plan).decide(GPU, SPECS, _fed(), NOW)
+    assert guarded.chosen.site == alone.chosen.site == "delta"
+    assert [c.site for c in guarded.candidates] == [c.site for c in alone.candidates]
+
+
+def test_a_plan_shorter_than_the_twin_is_no_credit() -> None:
+    # the plan is a second opinion on how long a wait can get, never a discount
+    plan = _waits({"delta": 0.0, "anvil": 0.0, "deltaai": 0.0, "vista": 0.0, "local": 0.0})
+    guarded = auto_policy(TWIN, None, plan).decide(GPU, SPECS, _fed(), NOW)
+    by_site = {c.site: c for c in guarded.candidates}
+    assert by_site["delta"].wait_bound_s == 600.0  # raised to the twin's wait
+    assert guarded.chosen.site == "delta"
