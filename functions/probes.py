@@ -16,16 +16,19 @@ column to 20 characters. ``squeue --start`` ignores ``-O``, so it uses ``-o`` %-
 def probe_slurm(
     timeout_s: float = 20.0,
     account: "str | None" = None,
-    budget_core_hours: "float | None" = None,
     storage_root: "str | None" = None,
+    accounts: "list[str] | None" = None,
+    budgets: "dict[str, float] | None" = None,
 ) -> dict[str, object]:
     """Run Slurm's read-only commands on this host and return their raw, timed output.
 
-    ``account``: the Slurm account work is charged to; ``sshare`` (optional: its failure
-    is a warning, never a failed probe) is limited to it. ``account`` and the coordinator's
-    configured ``budget_core_hours`` are echoed in the result, so the snapshot builder
-    reads the allocation's request and answer from one dict. ``storage_root``: the site's
-    storage (its Globus collection's path), whose free space is reported (``storage``).
+    ``accounts``: every Slurm account the site charges work to, its default first (Delta:
+    ``-cpu`` and ``-gpu``); ``account`` alone is one. ``sshare`` (optional: its failure is
+    a warning, never a failed probe) is limited to them (``--accounts a,b``). ``accounts``
+    and the coordinator's configured ``budgets`` (per account, in the site's units) are
+    echoed in the result, so the snapshot builder reads the allocations' request and answer
+    from one dict. ``storage_root``: the site's storage (its Globus collection's path),
+    whose free space is reported (``storage``).
 
     The commands run in parallel, sharing one ``timeout_s`` budget. A missing command, a
     non-zero exit or a timeout never raises: it is recorded in that command's entry
@@ -99,9 +102,10 @@ def probe_slurm(
     sshare_fields = ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage"]
     sshare_fields += ["EffectvUsage", "FairShare", "LevelFS", "GrpTRESMins"]
     sshare_old = sshare_fields[:8]  # LevelFS and GrpTRESMins are newer than Slurm 15.08
+    charged = [str(a) for a in (accounts or ([account] if account else [])) if a]
     sshare_argv = ["sshare", "--noheader", "--parsable2"]
-    if account:
-        sshare_argv += ["--accounts", str(account)]
+    if charged:
+        sshare_argv += ["--accounts", ",".join(charged)]
     commands: dict[str, dict[str, object]] = {
         "version": {"argv": ["sinfo", "--version"]},
         "sinfo": {
@@ -237,8 +241,8 @@ def probe_slurm(
         "python_version": platform.python_version(),  # the workers' own, not the endpoint's
         "utc_offset_s": time.localtime(started).tm_gmtoff,
         "timeout_s": float(timeout_s),
-        "account": account,
-        "budget_core_hours": budget_core_hours,
+        "accounts": charged,
+        "budgets": dict(budgets) if budgets else None,
     }
     if storage_root is not None:
         try:

@@ -28,7 +28,7 @@ def test_the_shipped_example_is_valid() -> None:
     cfg = load_config(REPO / "federation.example.yaml")
     assert cfg.sites["delta"].backend == "globus"
     assert cfg.sites["delta"].endpoint_id == uuid.UUID(EID)
-    assert cfg.sites["delta"].budget_core_hours == 50000
+    assert cfg.sites["delta"].budgets() == {"bbka-delta-cpu": 50000, "bbka-delta-gpu": 2000}
     assert cfg.sites["local"].backend == "local"
     assert cfg.auth.mode == "client_credentials"
 
@@ -131,7 +131,8 @@ def test_switching_a_site_to_the_cloud_is_one_line(tmp_path: Path, backend: str)
         assert list(backends) == ["delta", "local"]
         delta = backends["delta"]
         assert isinstance(delta, ComputeSite)
-        assert delta.account == "bbka-delta" and delta.budget_core_hours == 100
+        assert delta.account == "bbka-delta" and delta.budgets == {"bbka-delta": 100}
+        assert delta.accounts == ("bbka-delta", "bbka-delta-gpu")  # sshare reads both
         assert not isinstance(backends["local"], CloudSite)
         if backend == "globus":
             assert isinstance(delta, CloudSite)
@@ -143,6 +144,39 @@ def test_switching_a_site_to_the_cloud_is_one_line(tmp_path: Path, backend: str)
             assert dep.service is not None
     finally:
         dep.close()
+
+
+def _site(name: str, entry: str) -> str:
+    return f"sites:\n  {name}:\n    backend: local\n{entry}"
+
+
+def test_budgets_are_per_account_in_each_sites_units(tmp_path: Path) -> None:
+    both = "    budget: {bbka-delta-cpu: 50000, BBKA-Delta-GPU: 300}\n"
+    cfg = load_config(write(tmp_path, _site("delta", both)))
+    assert cfg.sites["delta"].budgets() == {"bbka-delta-cpu": 50000, "BBKA-Delta-GPU": 300}
+    one = load_config(write(tmp_path, _site("vista", "    budget: 120\n")))  # node-hours
+    assert one.sites["vista"].budgets() == {"default": 120}
+    with pytest.raises(ConfigError, match=r"bbka-delta-tpu is not an account delta charges"):
+        load_config(write(tmp_path, _site("delta", "    budget: {bbka-delta-tpu: 1}\n")))
+    with pytest.raises(ConfigError, match=r"sites\.delta\.budget\.default"):
+        load_config(write(tmp_path, _site("delta", "    budget: {default: -1}\n")))
+
+
+def test_budget_core_hours_still_loads_where_it_means_core_hours(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, _site("delta", "    budget_core_hours: 500\n")))
+    assert cfg.sites["delta"].budgets() == {"default": 500}  # bbka-delta-cpu: core-hours
+    gpu = _site("anvil", "    budget_core_hours: 500\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, gpu))
+    assert (
+        "anvil's default account cis230000-gpu bills gpu-hours, not core-hours; write "
+        "`budget: {cis230000-gpu: N}` with N in gpu-hours" in str(err.value)
+    )
+    with pytest.raises(ConfigError, match=r"ASC23000 bills node-hours"):
+        load_config(write(tmp_path, _site("vista", "    budget_core_hours: 5\n")))
+    twice = "    budget_core_hours: 5\n    budget: {default: 6}\n"
+    with pytest.raises(ConfigError, match=r"keep only budget"):
+        load_config(write(tmp_path, _site("delta", twice)))
 
 
 def test_model_round_trip_keeps_ids() -> None:

@@ -47,6 +47,8 @@ TOP_KEYS = [
     "utc_offset_s",
     "duration_s",
     "account",
+    "accounts",
+    "budgets",
     "budget_core_hours",
     "hostname",
     *COMMANDS,
@@ -188,6 +190,8 @@ def test_the_fixtures_parse() -> None:
 @example(raw={**PROBES["probetest-22.05.8"], "utc_offset_s": float("nan")})
 @example(raw={**PROBES["probetest-22.05.8"], "utc_offset_s": 10**20})
 @example(raw={**PROBES["probetest-22.05.8"], "budget_core_hours": float("nan")})
+@example(raw={**PROBES["probetest-22.05.8"], "accounts": ["a"], "budgets": {"a": float("nan")}})
+@example(raw={**PROBES["probetest-22.05.8"], "accounts": "a,b"})
 @example(raw={**PROBES["probetest-22.05.8"], "duration_s": float("inf")})
 @example(raw={**PROBES["probetest-22.05.8"], "started_at": "9999-12-31T23:59:59+00:00"})
 @example(raw={**PROBES["probetest-22.05.8"], "started_at": "0001-01-01T00:00:00-05:00"})

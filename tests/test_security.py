@@ -16,13 +16,14 @@ from fastapi.testclient import TestClient
 from inprocess import FixedCoordinator, ThreadSite, idle_snapshot, inprocess_coordinator
 from typer.testing import CliRunner
 
-from federation.core.envelope import ResourceEnvelope
+from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import AllocationScope, FederationSnapshot
 from federation.core.spec import load_sites
 from federation.core.tasks import PythonTask, ShellTask
 from federation.interfaces.service.app import create_app
 from federation.runtime.store import Store
 from federation.security import (
+    LOCAL_CALLER,
     AuditLog,
     CallerPolicy,
     PolicyGate,
@@ -245,20 +246,21 @@ def test_cancelling_a_held_task_rejects_it(closing: list[FixedCoordinator]) -> N
         coord.approve(h.id)
 
 
-def _with_allocation(snap: FederationSnapshot, site: str, used: float, limit: float) -> Any:
+def _with_allocations(snap: FederationSnapshot, site: str, *scopes: AllocationScope) -> Any:
     sites = tuple(
-        s.model_copy(
-            update={
-                "allocation": AllocationScope(
-                    account="proj1", used_core_hours=used, limit_core_hours=limit
-                )
-            }
-        )
-        if s.site == site
-        else s
-        for s in snap.sites
+        s.model_copy(update={"allocations": scopes}) if s.site == site else s for s in snap.sites
     )
     return snap.model_copy(update={"sites": sites})
+
+
+def _cpu_credit(used: float, limit: float) -> AllocationScope:
+    return AllocationScope(
+        account="bbka-delta-cpu",
+        unit="core-hours",
+        partitions=("cpu",),
+        used_units=used,
+        limit_units=limit,
+    )
 
 
 def test_budget_rule_holds_a_task_the_allocation_cannot_pay_for(
@@ -268,28 +270,77 @@ def test_budget_rule_holds_a_task_the_allocation_cannot_pay_for(
     closing.append(coord)
     snap = idle_snapshot(load_sites(["delta"]))
     env = ResourceEnvelope(cpus_min=8, cpus_max=8, walltime_s=2 * 3600)  # 16 core-hours
-    poor = _with_allocation(snap, "delta", used=990, limit=1000)
+    poor = _with_allocations(snap, "delta", _cpu_credit(used=990, limit=1000))
     h = coord.submit_task(PythonTask(square, (2,)), env, snapshot=poor)
     assert _shipped(coord) == 0
     (ev,) = [e for e in coord.history(h.id) if e.kind == "policy.unresolved"]
     assert ev.detail["rules"] == ["allocation_budget"]
-    assert (
-        "16.00 core-hours" in ev.detail["reason"] and "10.00 core-hours left" in ev.detail["reason"]
+    assert ev.detail["reason"] == (
+        "16.00 core-hours would exceed the 10.00 core-hours left in allocation "
+        "bbka-delta-cpu on delta"
     )
-    rich = _with_allocation(snap, "delta", used=100, limit=1000)
+    rich = _with_allocations(snap, "delta", _cpu_credit(used=100, limit=1000))
     ok = coord.submit_task(PythonTask(square, (3,)), env, snapshot=rich)
     assert coord.result_value(ok, timeout_s=30) == 9
-    unknown = _with_allocation(snap, "delta", used=100, limit=1000)
-    no_limit = unknown.model_copy(
-        update={
-            "sites": tuple(
-                s.model_copy(update={"allocation": AllocationScope(account="p")})
-                for s in unknown.sites
-            )
-        }
-    )
+    no_limit = _with_allocations(snap, "delta", AllocationScope(account="bbka-delta-cpu"))
     coord.submit_task(PythonTask(square, (4,)), env, snapshot=no_limit)
     assert _shipped(coord) == 2  # an allocation without a known limit holds nothing
+    (rec,) = coord.gate.audit.records(task_id=ok.id)
+    assert (rec.charge, rec.charge_unit, rec.core_hours) == (16.0, "core-hours", 16.0)
+
+
+def _shape(site: str, partition: str, **kw: Any) -> Shape:
+    return Shape(site=site, partition=partition, **{"nodes": 1, "mem_gb": 1, "gpus": 0, **kw})
+
+
+def test_budget_rule_charges_gpu_hours_against_the_gpu_account() -> None:
+    gate = PolicyGate()
+    snap = idle_snapshot(load_sites(["delta"]))
+    gpu_credit = AllocationScope(
+        account="bbka-delta-gpu",
+        unit="gpu-hours",
+        partitions=("gpuA100x4", "gpuA40x4"),
+        used_units=96.5,
+        limit_units=100.0,
+    )
+    both = _with_allocations(snap, "delta", _cpu_credit(used=0, limit=10**6), gpu_credit)
+    three_gpus = _shape("delta", "gpuA100x4", cpus=16, gpus=3, walltime_s=4 * 3600)
+    out = gate.evaluate(LOCAL_CALLER, PythonTask(square), three_gpus, both)
+    assert out.verdict == "unresolved" and (out.charge, out.charge_unit) == (12.0, "gpu-hours")
+    (f,) = out.findings
+    assert f.rule == "allocation_budget" and f.message == (
+        "12.00 GPU-hours would exceed the 3.50 GPU-hours left in allocation bbka-delta-gpu on delta"
+    )
+    # the CPU account's plenty does not pay for GPUs; the GPU account's little is no
+    # reason to hold a CPU task
+    cpu_task = _shape("delta", "cpu", cpus=64, walltime_s=4 * 3600)  # 256 core-hours
+    assert gate.evaluate(LOCAL_CALLER, PythonTask(square), cpu_task, both).verdict == "allowed"
+    one_gpu = _shape("delta", "gpuA40x4", cpus=16, gpus=1, walltime_s=3 * 3600)  # 3 GPU-h
+    assert gate.evaluate(LOCAL_CALLER, PythonTask(square), one_gpu, both).verdict == "allowed"
+
+
+def test_budget_rule_charges_node_hours_on_vista() -> None:
+    gate = PolicyGate()
+    snap = idle_snapshot(load_sites(["vista"]))
+    credit = AllocationScope(
+        account="ASC23000",
+        unit="node-hours",
+        partitions=("gh", "gh-dev", "gg"),
+        used_units=9.0,
+        limit_units=10.0,
+    )
+    poor = _with_allocations(snap, "vista", credit)
+    two_nodes = _shape("vista", "gh", nodes=2, cpus=1, gpus=1, walltime_s=3600)
+    out = gate.evaluate(LOCAL_CALLER, PythonTask(square), two_nodes, poor)
+    assert (out.charge, out.charge_unit) == (2.0, "node-hours")  # whole nodes, 1 CPU asked
+    assert out.findings[0].message == (
+        "2.00 node-hours would exceed the 1.00 node-hours left in allocation ASC23000 on vista"
+    )
+    short = _shape("vista", "gh", nodes=2, cpus=1, gpus=1, walltime_s=60)  # 0.25 h minimum
+    assert gate.evaluate(LOCAL_CALLER, PythonTask(square), short, poor).charge == 0.5
+    assert gate.evaluate(LOCAL_CALLER, PythonTask(square), short, poor).verdict == "allowed"
+    gg = _shape("vista", "gg", nodes=3, cpus=1, walltime_s=3600)  # 0.33 SU per node-hour
+    assert gate.evaluate(LOCAL_CALLER, PythonTask(square), gg, poor).verdict == "allowed"
 
 
 def test_held_tasks_survive_a_restart_in_the_store(

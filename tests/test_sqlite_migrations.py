@@ -84,3 +84,36 @@ def test_every_coordinator_file_is_versioned(tmp_path: Path) -> None:
         assert _version(tmp_path / name) >= 1, name
     with pytest.raises(SchemaError, match="not a coordinator state store"):
         HeldTasks(tmp_path / "audit.db")
+
+
+def test_an_audit_log_from_before_charges_gains_them_and_keeps_its_rows(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from federation.security import audit as audit_module
+    from federation.security.audit import AuditRecord
+
+    path = tmp_path / "audit.db"
+    db = connect(path)
+    migrate(db, audit_module.MIGRATIONS[:1], name="old audit")  # version 1: core-hours only
+    db.execute(
+        "INSERT INTO audit (at, caller, label, task_kind, what, core_hours, decision, rules, "
+        "message) VALUES ('2026-01-01T00:00:00+00:00', 'alice', '', 'shell', 'true', 2.0, "
+        "'allowed', '', '')"
+    )
+    db.close()
+    log = AuditLog(path)
+    new = AuditRecord(
+        at=datetime.now(UTC),
+        caller="bob",
+        task_kind="shell",
+        what="true",
+        charge=3.0,
+        charge_unit="gpu-hours",
+        decision="allowed",
+    )
+    log.append(new)
+    old, mine = log.records()
+    assert (old.core_hours, old.charge, old.charge_unit) == (2.0, None, None)
+    assert (mine.charge, mine.charge_unit) == (3.0, "gpu-hours")
+    assert _version(path) == len(audit_module.MIGRATIONS) == 2
+    log.close()

@@ -11,8 +11,9 @@ from collections.abc import Hashable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from federation.core.charge import AllocationUnit
 from federation.core.model import Frozen
 from federation.core.optional import require
 
@@ -206,24 +207,43 @@ class SiteHealth(Frozen):
 
 
 class AllocationScope(Frozen):
-    """The allocation (credit) a site charges work to, as the site reports it.
+    """The allocation (credit) of one account a site charges work to, as the site reports it.
 
-    Filled from ``sshare`` (usage in CPU-seconds, converted) or the site's own balance
-    command. ``None`` fields are what the site did not say.
+    Counted in the site's own unit (:mod:`federation.core.charge`): ``unit`` is the charge
+    unit of the partitions charged to this account (core-hours, GPU-hours, node-hours), or
+    ``SUs`` when they bill in different units; None when the site's facts were not at hand
+    (then it is Slurm's billing units). Filled from ``sshare`` (``RawUsage`` is
+    billing-TRES-seconds, so used = RawUsage / 3600, assuming the site's TRESBillingWeights
+    match its charge unit, as ACCESS sites set them) or the configured budget. ``None``
+    amounts are what the site did not say.
     """
 
     account: str
-    used_core_hours: float | None = Field(default=None, ge=0)
-    limit_core_hours: float | None = Field(default=None, ge=0)
+    unit: AllocationUnit | None = None
+    partitions: tuple[str, ...] = ()
+    """The site's partitions charged to this account (empty: not known)."""
+    used_units: float | None = Field(default=None, ge=0)
+    limit_units: float | None = Field(default=None, ge=0)
     """The allocation's size, when the site reports one (or the configured budget)."""
     fairshare: float | None = Field(default=None, ge=0)
     source: str = "sshare"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _core_hours_of_old(cls, data: Any) -> Any:
+        """A scope recorded before units were per site (telemetry) counted core-hours."""
+        if isinstance(data, dict) and ("used_core_hours" in data or "limit_core_hours" in data):
+            data = dict(data)
+            data.setdefault("used_units", data.pop("used_core_hours", None))
+            data.setdefault("limit_units", data.pop("limit_core_hours", None))
+            data.setdefault("unit", "core-hours")
+        return data
+
     @property
-    def remaining_core_hours(self) -> float | None:
-        if self.limit_core_hours is None or self.used_core_hours is None:
+    def remaining_units(self) -> float | None:
+        if self.limit_units is None or self.used_units is None:
             return None
-        return max(0.0, self.limit_core_hours - self.used_core_hours)
+        return max(0.0, self.limit_units - self.used_units)
 
 
 class SiteStorage(Frozen):
@@ -246,10 +266,43 @@ class SiteSnapshot(Frozen):
     partitions: tuple[PartitionSnapshot, ...] = ()
     nodes: tuple[NodeRecord, ...] = ()
     jobs: tuple[JobRecord, ...] = ()
-    allocation: AllocationScope | None = None
-    """The allocation work placed here is charged to (credit scope), when probed."""
+    allocations: tuple[AllocationScope, ...] = ()
+    """The allocation of every account the site charges (credit scope), the default
+    account's first, when probed."""
     storage: SiteStorage | None = None
     """The site's storage and its free space, when the probe was told where it is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_allocation_of_old(cls, data: Any) -> Any:
+        """A snapshot recorded before accounts were per partition had one ``allocation``."""
+        if isinstance(data, dict) and "allocation" in data:
+            data = dict(data)
+            old = data.pop("allocation")
+            if old is not None and not data.get("allocations"):
+                data["allocations"] = (old,)
+        return data
+
+    @property
+    def allocation(self) -> AllocationScope | None:
+        """The default account's allocation (the first), when probed."""
+        return self.allocations[0] if self.allocations else None
+
+    def allocation_of(self, account: str) -> AllocationScope | None:
+        """The allocation of ``account`` (Slurm account names are case-insensitive)."""
+        key = account.lower()
+        return next((a for a in self.allocations if a.account.lower() == key), None)
+
+    def allocation_for(self, partition: str) -> AllocationScope | None:
+        """The allocation work on ``partition`` is charged to (its account's). When no
+        allocation knows its partitions (a probe read without the site's facts), the
+        default account's."""
+        for a in self.allocations:
+            if partition in a.partitions:
+                return a
+        if any(a.partitions for a in self.allocations):
+            return None
+        return self.allocation
 
     def partition(self, name: str) -> PartitionSnapshot | None:
         """The first partition named ``name`` (an index built once per snapshot)."""

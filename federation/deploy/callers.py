@@ -180,7 +180,7 @@ class CallerSiteSets:
                     executor_factory=self._executor_factory,
                     task_group_id=group,
                     account=site.account,
-                    budget_core_hours=site.budget_core_hours,
+                    budgets=site.budgets(),
                     python_mismatch=site.python_mismatch,
                     job_check_s=site.job_check_s,
                 )

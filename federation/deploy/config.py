@@ -15,8 +15,8 @@ this file, not code::
         endpoint_id: 11111111-1111-1111-1111-111111111111
         transfer_collection_id: 22222222-2222-2222-2222-222222222222
         collection_path_prefix: /projects/bbka/
-        account: bbka-delta
-        budget_core_hours: 50000
+        account: bbka-delta-cpu
+        budget: {bbka-delta-cpu: 50000, bbka-delta-gpu: 2000}   # core-hours, GPU-hours
       local:
         backend: local
 
@@ -36,12 +36,13 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from globus_compute_sdk import Client
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from federation.core.charge import charged_partitions, common_unit
 from federation.core.errors import ConfigError
 from federation.core.model import Frozen
 from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from federation.transfer import GlobusCollection, TransferBackend
 
 CONFIG_ENV = "FEDERATION_CONFIG"
+Budget = Annotated[float, Field(gt=0)]
+"""One account's budget, in its site's units."""
 CONFIG_NAME = "federation.yaml"
 
 
@@ -74,15 +77,47 @@ class SiteConfig(Frozen):
     collection_path_prefix: str | None = None
     """The collection path under which this federation may read and write (absolute)."""
     account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
-    """The Slurm account to charge (default: the site's ``default_account``)."""
+    """The site's default Slurm account, whose credit the probe reads (default: the site's
+    ``default_account``); partitions with an account of their own are charged to it."""
+    budget: dict[str, Budget] = Field(default_factory=dict)
+    """Allocation budgets in the site's own units, per account (``default``: the default
+    account; a plain number is the default account's): each becomes that account's limit
+    when the site reports none. Delta ``{bbka-delta-cpu: 50000, bbka-delta-gpu: 2000}``
+    counts core-hours and GPU-hours; Vista's one project node-hours
+    (:mod:`federation.core.charge`)."""
     budget_core_hours: float | None = Field(default=None, gt=0)
-    """Budget used as the allocation's limit when the site reports none."""
+    """Deprecated: the default account's budget in core-hours, as ``budget: {default: N}``;
+    refused where the default account does not bill core-hours (write ``budget``)."""
     python_mismatch: PythonMismatch = "error"
     job_check_s: float | None = Field(default=60.0, ge=1.0)
     """A globus site's tasks run as batch jobs named ``fed.<tag>``: while one waits to start,
     ``squeue`` is read this often (seconds) to learn its start, and a losing copy is
     withdrawn by ``scancel``. ``null`` turns this off: nothing at this site can then be
     cancelled, so hedged and watched copies are not placed here."""
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _one_number_is_the_default(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return {"default": value}
+        return value
+
+    @model_validator(mode="after")
+    def _one_budget_per_account(self) -> SiteConfig:
+        if self.budget_core_hours is not None and "default" in self.budget:
+            raise ValueError(
+                "budget_core_hours (deprecated) and budget.default both give the default "
+                "account's budget: keep only budget"
+            )
+        return self
+
+    def budgets(self) -> dict[str, float]:
+        """The configured budgets by account (``default``: the default account's), in the
+        site's units; ``budget_core_hours`` is the default account's."""
+        out = dict(self.budget)
+        if self.budget_core_hours is not None:
+            out["default"] = self.budget_core_hours
+        return out
 
     @field_validator("collection_path_prefix")
     @classmethod
@@ -163,6 +198,13 @@ class FederationConfig(Frozen):
         return sites
 
     @model_validator(mode="after")
+    def _budgets_in_the_sites_units(self) -> FederationConfig:
+        for name, site in self.sites.items():
+            if site.budget or site.budget_core_hours is not None:
+                check_budgets(name, site)
+        return self
+
+    @model_validator(mode="after")
     def _placement_the_sites_can_honour(self) -> FederationConfig:
         from federation.placement.policies import get_policy
 
@@ -198,6 +240,30 @@ class FederationConfig(Frozen):
             for n, s in self.sites.items()
             if s.transfer_collection_id is not None and s.collection_path_prefix
         }
+
+
+def check_budgets(name: str, site: SiteConfig) -> None:
+    """``ValueError`` unless every budget names an account ``name`` charges, and a
+    ``budget_core_hours`` is for a default account billed in core-hours."""
+    spec = load_site(name)
+    default = site.account or spec.default_account
+    charged = charged_partitions(spec, default)
+    known = {a.lower() for a in charged}
+    unknown = [a for a in site.budget if a != "default" and a.lower() not in known]
+    if unknown:
+        raise ValueError(
+            f"sites.{name}.budget: {', '.join(unknown)} is not an account {name} charges "
+            f"(default, {', '.join(charged)})"
+        )
+    if "default" in site.budget and default.lower() in {a.lower() for a in site.budget}:
+        raise ValueError(f"sites.{name}.budget: default and {default} are the same account")
+    unit = common_unit(charged[default])
+    if site.budget_core_hours is not None and unit not in (None, "core-hours"):
+        raise ValueError(
+            f"sites.{name}.budget_core_hours: budgets are in each site's own units now, and "
+            f"{name}'s default account {default} bills {unit}, not core-hours; write "
+            f"`budget: {{{default}: N}}` with N in {unit}"
+        )
 
 
 def find_config(path: Path | str | None = None) -> Path:
@@ -319,7 +385,7 @@ class Deployment:
                 executor_factory=self._executor_factory,
                 task_group_id=task_group_id,
                 account=site.account,
-                budget_core_hours=site.budget_core_hours,
+                budgets=site.budgets(),
                 python_mismatch=site.python_mismatch,
                 job_check_s=site.job_check_s,
                 storage_root=site.collection_path_prefix,
@@ -345,7 +411,7 @@ class Deployment:
         backends = local.backends(
             task_group_id,
             accounts={n: s.account for n, s in sites.items()},
-            budgets_core_hours={n: s.budget_core_hours for n, s in sites.items()},
+            budgets={n: s.budgets() for n, s in sites.items()},
         )
         self.service = local.service
         return backends

@@ -92,12 +92,13 @@ class LocalSites:
         task_group_id: uuid.UUID,
         *,
         accounts: Mapping[str, str | None] | None = None,
-        budgets_core_hours: Mapping[str, float | None] | None = None,
+        budgets: Mapping[str, Mapping[str, float]] | None = None,
     ) -> list[ComputeSite]:
         """One backend per local site, reached through the real Globus Compute SDK.
 
         Starts this object's offline web service (``self.service``; strict on the ``cloud``
-        path); ``accounts`` and ``budgets_core_hours`` per site feed the credit probe.
+        path); ``accounts`` (the default account) and ``budgets`` (by account, in the site's
+        units) per site feed the credit probe.
         """
         cloud = self.path == "cloud"
         # the cloud remembers a client's task groups across the client's restarts; the
@@ -124,7 +125,7 @@ class LocalSites:
                     executor_factory=factory,
                     task_group_id=task_group_id,
                     account=(accounts or {}).get(spec.name),
-                    budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+                    budgets=(budgets or {}).get(spec.name),
                     job_check_s=JOB_CHECK_S,
                     storage_root=str(site_storage(spec.name, self.home)),
                 )
@@ -148,7 +149,7 @@ class LocalSites:
                 storage_root=str(site_storage(spec.name, self.home)),
                 adopter=_adopter(service, local_endpoint_id(spec.name), task_group_id),
                 account=(accounts or {}).get(spec.name),
-                budget_core_hours=(budgets_core_hours or {}).get(spec.name),
+                budgets=(budgets or {}).get(spec.name),
             )
             for spec in self.specs
         ]

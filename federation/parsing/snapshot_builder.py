@@ -11,6 +11,7 @@ coordinator turns that into an unhealthy site with :func:`unreachable_snapshot`.
 from __future__ import annotations
 
 import base64
+import math
 import re
 import zlib
 from collections import Counter
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from federation.core.charge import charged_partitions, common_unit
 from federation.core.errors import ParseError, ProbeError
 from federation.core.snapshot import (
     AllocationScope,
@@ -28,6 +30,7 @@ from federation.core.snapshot import (
     SiteSnapshot,
     SiteStorage,
 )
+from federation.core.spec import SiteSpec
 from federation.parsing.common import snippet
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.scontrol import PartitionInfo, parse_scontrol_partitions
@@ -39,7 +42,12 @@ from federation.parsing.squeue import (
     reason_code,
 )
 from federation.parsing.squeue_start import START_FIELDS, StartEstimate, parse_squeue_start
-from federation.parsing.sshare import SSHARE_FIELDS, allocation_from_shares, parse_sshare_text
+from federation.parsing.sshare import (
+    SSHARE_FIELDS,
+    ShareRecord,
+    allocation_from_shares,
+    parse_sshare_text,
+)
 
 PROBE_FORMAT = 1
 REQUIRED_COMMANDS = ("sinfo", "squeue", "scontrol_partition")
@@ -201,19 +209,23 @@ def _partition_snapshot(
 
 
 def build_site_snapshot(
-    site: str, probe: Mapping[str, Any], now: datetime | None = None
+    site: str, probe: Mapping[str, Any], now: datetime | None = None, spec: SiteSpec | None = None
 ) -> SiteSnapshot:
     """Turn one probe result into a :class:`SiteSnapshot` (reachable, with warnings).
 
     ``now`` (default: the current time) only sets ``health.probe_age_s``; ``taken_at`` is
-    the probe's own start time. Raises :class:`ProbeError` (a required command failed or is
-    missing) or :class:`ParseError` (its output is not the probe's format; names the line).
+    the probe's own start time. ``spec``: the site's facts, which give each account's
+    allocation its partitions and unit (without them the units are not known). Raises
+    :class:`ProbeError` (a required command failed or is missing) or :class:`ParseError`
+    (its output is not the probe's format; names the line).
     """
     with gc_paused():
-        return _build(site, probe, now)
+        return _build(site, probe, now, spec)
 
 
-def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSnapshot:
+def _build(
+    site: str, probe: Mapping[str, Any], now: datetime | None, spec: SiteSpec | None
+) -> SiteSnapshot:
     if not isinstance(probe, Mapping):
         raise ProbeError(f"probe result is {type(probe).__name__}, expected a dict")
     fmt = probe.get("format")
@@ -329,7 +341,7 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
             )
         )
 
-    allocation = build_allocation(probe, warnings)
+    allocations = build_allocations(probe, warnings, spec)
     storage = build_storage(probe, warnings)
     taken_at = _started_at(probe)
     current = now or datetime.now(UTC)
@@ -352,7 +364,7 @@ def _build(site: str, probe: Mapping[str, Any], now: datetime | None) -> SiteSna
         partitions=tuple(snaps),
         nodes=tuple(nodes),
         jobs=tuple(jobs),
-        allocation=allocation,
+        allocations=allocations,
         storage=storage,
     )
 
@@ -382,41 +394,101 @@ def build_storage(probe: Mapping[str, Any], warnings: list[str]) -> SiteStorage 
 def _number(value: object, what: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ProbeError(f"probe {what!r} is {value!r}, expected a number >= 0 or null")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < math.inf  # NaN too
+        or value > 1e300  # past a float
+    ):
+        raise ProbeError(f"probe {what!r} is {value!r:.40}, expected a number >= 0 or null")
     return float(value)
 
 
-def build_allocation(probe: Mapping[str, Any], warnings: list[str]) -> AllocationScope | None:
-    """The credit scope from the probe's optional ``sshare``, plus the configured budget.
+def _requested(probe: Mapping[str, Any]) -> tuple[list[str], dict[str, float]]:
+    """The accounts the probe was asked about (the default first) and their configured
+    budgets, from the probe's echo; a probe of one ``account`` and its
+    ``budget_core_hours`` (before accounts were per partition) reads as one of each."""
+    raw_accounts = probe.get("accounts")
+    if raw_accounts is None:
+        one = probe.get("account")
+        raw_accounts = [one] if one else []
+    if not isinstance(raw_accounts, list) or not all(isinstance(a, str) for a in raw_accounts):
+        raise ProbeError(f"probe 'accounts' is {raw_accounts!r:.80}, expected a list of names")
+    accounts = list(dict.fromkeys(a for a in raw_accounts if a))
+    budgets: dict[str, float] = {}
+    raw_budgets = probe.get("budgets")
+    if raw_budgets is not None:
+        if not isinstance(raw_budgets, Mapping):
+            raise ProbeError(f"probe 'budgets' is {raw_budgets!r:.80}, expected a mapping")
+        for name, value in raw_budgets.items():
+            amount = _number(value, f"budgets.{name}")
+            key = accounts[0] if name == "default" and accounts else str(name)
+            if amount is not None:
+                budgets[key.lower()] = amount
+    old = _number(probe.get("budget_core_hours"), "budget_core_hours")
+    if old is not None and accounts:
+        budgets.setdefault(accounts[0].lower(), old)
+    return accounts, budgets
 
-    A failed or unreadable ``sshare`` adds a warning. The configured ``budget_core_hours``
-    (echoed by the probe) becomes ``limit_core_hours`` when the site reports no limit;
-    with no sshare at all, a configured budget still gives a scope (usage unknown).
+
+def build_allocations(
+    probe: Mapping[str, Any], warnings: list[str], spec: SiteSpec | None = None
+) -> tuple[AllocationScope, ...]:
+    """The credit scope of every account the probe asked ``sshare`` about, plus the
+    configured budgets, the default account's first.
+
+    With the site's facts (``spec``) each scope names the partitions charged to its account
+    and counts their unit (:mod:`federation.core.charge`); the first account asked is the
+    default, charged for the partitions without an account of their own. A failed or
+    unreadable ``sshare`` adds a warning. An account's configured budget (echoed by the
+    probe, in its units) becomes its ``limit_units`` when the site reports no limit; with
+    no sshare answer for it, a configured budget still gives a scope (usage unknown).
     """
-    raw_account = probe.get("account")
-    account = str(raw_account) if raw_account else None
-    budget = _number(probe.get("budget_core_hours"), "budget_core_hours")
-    scope: AllocationScope | None = None
+    try:
+        accounts, budgets = _requested(probe)
+    except ProbeError as e:  # the coordinator's own echo, damaged: no credit, still a site
+        warnings.append(f"no allocation: {e}")
+        return ()
+    charged = charged_partitions(spec, accounts[0] if accounts else None) if spec else {}
+    by_key = {a.lower(): ps for a, ps in charged.items()}
+    records: list[ShareRecord] | None = None
     if "sshare" in probe:
         try:
             records = parse_sshare_text(
                 command_output(probe, "sshare"), _fields(probe, "sshare", SSHARE_FIELDS)
             )
-            scope = allocation_from_shares(records, account)
+        except ProbeError as e:  # ParseError included: optional, so a warning
+            warnings.append(f"no allocation usage: {e}")
+    out: list[AllocationScope] = []
+    asked: list[str | None] = [*accounts] or [None]  # None: the user's first account
+    for account in asked:
+        parts = by_key.get(account.lower(), ()) if account else ()
+        unit = common_unit(parts) if spec is not None else None
+        names = tuple(p.name for p in parts)
+        scope = None
+        if records is not None:
+            scope = allocation_from_shares(records, account, unit=unit, partitions=names)
             if scope is None:
                 who = f"account {account}" if account else "any account of this user"
                 warnings.append(f"sshare: no association for {who}; no usage known")
-        except ProbeError as e:  # ParseError included: optional, so a warning
-            warnings.append(f"no allocation usage: {e}")
-    if scope is None:
-        if account is None or budget is None:
-            return None
-        return AllocationScope(account=account, limit_core_hours=budget, source="configured budget")
-    if scope.limit_core_hours is None and budget is not None:
-        source = f"{scope.source}; limit: configured budget"
-        scope = scope.model_copy(update={"limit_core_hours": budget, "source": source})
-    return scope
+        budget = budgets.get(account.lower()) if account else None
+        if scope is None:
+            if account is not None and budget is not None:
+                out.append(
+                    AllocationScope(
+                        account=account,
+                        unit=unit,
+                        partitions=names,
+                        limit_units=budget,
+                        source="configured budget",
+                    )
+                )
+            continue
+        if scope.limit_units is None and budget is not None:
+            source = f"{scope.source}; limit: configured budget"
+            scope = scope.model_copy(update={"limit_units": budget, "source": source})
+        out.append(scope)
+    return tuple(out)
 
 
 def unreachable_snapshot(site: str, error: str, now: datetime | None = None) -> SiteSnapshot:

@@ -2,8 +2,14 @@
 
 Two inputs: ``sshare --json`` (data_parser v0.0.40+, Slurm 23.11 and later) and the
 parsable text every Slurm prints (``sshare --noheader --parsable2 --format=...``, as the
-probe runs it). Both give the same :class:`ShareRecord` rows; :func:`allocation_from_shares`
-turns them into the :class:`~federation.core.snapshot.AllocationScope` of one account.
+probe runs it, for every account the site charges). Both give the same :class:`ShareRecord`
+rows; :func:`allocation_from_shares` turns them into the
+:class:`~federation.core.snapshot.AllocationScope` of one account.
+
+Units: ``RawUsage`` is Slurm's decayed usage in billing-TRES-seconds and ``GrpTRESMins``
+limits are TRES-minutes, so both are read as the site's own unit (hours = seconds / 3600,
+minutes / 60), which holds when the site's ``TRESBillingWeights`` make one billing unit one
+service unit of its charge unit (:mod:`federation.core.charge`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from federation.core.charge import AllocationUnit
 from federation.core.errors import ParseError
 from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
@@ -58,7 +65,10 @@ class ShareRecord:
     fairshare_factor: float | None = None
     fairshare_level: float | None = None
     grp_cpu_minutes: int | None = None
-    """The association's ``GrpTRESMins`` cpu limit (its allocation), when one is set."""
+    """The association's ``GrpTRESMins`` cpu limit, when one is set."""
+    grp_billing_minutes: int | None = None
+    """The association's ``GrpTRESMins`` billing limit (its allocation in billing units),
+    when one is set; preferred to the cpu limit."""
 
 
 def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareRecord]:
@@ -105,15 +115,17 @@ def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
         effective_usage=json_number(s.get("effective_usage")),
         fairshare_factor=json_number(fs.get("factor")),
         fairshare_level=json_number(fs.get("level")),
-        grp_cpu_minutes=_json_tres_cpu(tres.get("group_minutes")),
+        grp_cpu_minutes=_json_tres(tres.get("group_minutes"), "cpu"),
+        grp_billing_minutes=_json_tres(tres.get("group_minutes"), "billing"),
     )
 
 
-def _json_tres_cpu(entries: Any) -> int | None:
+def _json_tres(entries: Any, name: str) -> int | None:
+    """The ``name`` TRES of a JSON TRES list (None when absent or not set)."""
     if not isinstance(entries, list):
         return None
     for e in entries:
-        if isinstance(e, Mapping) and e.get("name") == "cpu":
+        if isinstance(e, Mapping) and e.get("name") == name:
             return json_int(e.get("value"))
     return None
 
@@ -136,11 +148,11 @@ def _whole(value: float | None, what: str) -> int | None:
     return int(value)
 
 
-def _tres_cpu(value: str) -> int | None:
-    """``cpu=6000,mem=...`` -> 6000; None when there is no cpu limit."""
+def _tres(value: str, name: str) -> int | None:
+    """``cpu=6000,billing=9000,mem=...`` and ``cpu`` -> 6000; None when there is no limit."""
     for part in (value or "").split(","):
         key, _, num = part.partition("=")
-        if key.strip() == "cpu" and num.strip().isdigit():
+        if key.strip() == name and num.strip().isdigit():
             return int(num)
     return None
 
@@ -193,21 +205,29 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
                 effective_usage=_float(col("EffectvUsage"), f"{where} EffectvUsage"),
                 fairshare_factor=_float(col("FairShare"), f"{where} FairShare"),
                 fairshare_level=_float(col("LevelFS"), f"{where} LevelFS"),
-                grp_cpu_minutes=_tres_cpu(col("GrpTRESMins")),
+                grp_cpu_minutes=_tres(col("GrpTRESMins"), "cpu"),
+                grp_billing_minutes=_tres(col("GrpTRESMins"), "billing"),
             )
         )
     return out
 
 
 def allocation_from_shares(
-    records: list[ShareRecord], account: str | None = None
+    records: list[ShareRecord],
+    account: str | None = None,
+    *,
+    unit: AllocationUnit | None = None,
+    partitions: tuple[str, ...] = (),
 ) -> AllocationScope | None:
     """The allocation of ``account`` (default: the first account a user row belongs to).
 
-    ``used_core_hours`` is the account's raw usage (Slurm's decayed CPU-seconds) / 3600,
-    or the sum of its user rows when sshare showed no account row; ``limit_core_hours``
-    its ``GrpTRESMins`` cpu limit / 60; ``fairshare`` the user's fair-share factor in it.
-    None when the account does not appear at all.
+    ``used_units`` is the account's raw usage (Slurm's decayed billing-TRES-seconds) / 3600,
+    or the sum of its user rows when sshare showed no account row; ``limit_units`` its
+    ``GrpTRESMins`` billing limit / 60, else its cpu limit / 60 when the account counts
+    core-hours (or its unit is not known): a cpu limit on a GPU-hour or node-hour account
+    is not its allocation. ``fairshare``: the user's fair-share factor in it. Both amounts
+    count ``unit``, the charge unit of ``partitions`` (those charged to this account), given
+    by the caller who knows the site. None when the account does not appear at all.
     """
     if account is None:
         account = next((r.parent for r in records if r.kind == "user" and r.parent), None)
@@ -225,14 +245,20 @@ def allocation_from_shares(
         known = [u.usage for u in users if u.usage is not None]
         usage = float(sum(known)) if known else None
         source = "sshare (user rows)"
-    limit = assoc.grp_cpu_minutes if assoc is not None else None
+    limit = None
+    if assoc is not None:
+        limit = assoc.grp_billing_minutes
+        if limit is None and unit in (None, "core-hours"):  # CPU-minutes count core-hours
+            limit = assoc.grp_cpu_minutes
     factor = next((u.fairshare_factor for u in users if u.fairshare_factor is not None), None)
     if factor is None and assoc is not None:
         factor = assoc.fairshare_factor
     return AllocationScope(
         account=account,
-        used_core_hours=None if usage is None else round(usage / 3600.0, 3),
-        limit_core_hours=None if limit is None else round(limit / 60.0, 3),
+        unit=unit,
+        partitions=partitions,
+        used_units=None if usage is None else round(usage / 3600.0, 3),
+        limit_units=None if limit is None else round(limit / 60.0, 3),
         fairshare=factor,
         source=source,
     )

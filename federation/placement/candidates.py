@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from pydantic import Field
 
+from federation.core.charge import shape_charge, unit_label
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.errors import BadEnvelopeError, NoFeasibleSiteError
 from federation.core.model import Frozen
@@ -88,6 +89,10 @@ class Candidate(Frozen):
     waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
     why: str
     stage_in_s: float = Field(default=0.0, ge=0, description="moving the task's input here")
+    charge: float | None = Field(default=None, ge=0)
+    """What the site bills for the shape's walltime, in ``charge_unit`` (its own: minimum
+    charge and SU rate included; None in decisions recorded before charges were kept)."""
+    charge_unit: str | None = None
 
     @property
     def predicted_start_s(self) -> float:
@@ -550,6 +555,8 @@ def enumerate_candidates(
                     rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
                     break
                 runtime = runtime_fn(sh) if runtime_fn else 0.0
+                charge = shape_charge(part, sh)
+                cost = f"costs {charge:.2f} {unit_label(part.charge_unit)}"
                 candidates.append(
                     Candidate(
                         site=spec.name,
@@ -561,8 +568,10 @@ def enumerate_candidates(
                         free_fraction=_free_fraction(psnap, sh),
                         waste=_waste(part, sh),
                         pending_jobs=psnap.jobs_pending,
-                        why=f"{why}; {stage_why}" if stage_why else why,
+                        why="; ".join(w for w in (why, stage_why, cost) if w),
                         stage_in_s=stage_s,
+                        charge=charge,
+                        charge_unit=part.charge_unit,
                     )
                 )
     return candidates, rejected

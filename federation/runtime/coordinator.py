@@ -117,6 +117,7 @@ class Coordinator:
         self._transfers: TransferManager | None = None
         self.gate = gate or PolicyGate()
         """Asked before anything is shipped (see :mod:`federation.security`)."""
+        self.gate.know_sites(b.spec for b in self.backends.values())  # charges: own units
         self.held = HeldTasks(store.path if store is not None else None)
         self.store = store
         self.retry_budget = retry_budget

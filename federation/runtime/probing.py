@@ -17,6 +17,7 @@ from federation.runtime.errortext import first_line
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from federation.core.spec import SiteSpec
     from federation.sites.backend import SiteBackend
 
 logger = logging.getLogger(__name__)
@@ -31,12 +32,21 @@ def probe_sites(backends: Mapping[str, SiteBackend], timeout_s: float) -> list[S
             futures[name] = backend.probe()
         except Exception as e:  # submitting the probe itself failed
             futures[name] = e
-    return [site_snapshot(name, fut, started, timeout_s) for name, fut in futures.items()]
+    return [
+        site_snapshot(name, fut, started, timeout_s, getattr(backends[name], "spec", None))
+        for name, fut in futures.items()
+    ]
 
 
 def site_snapshot(
-    name: str, fut: Future[dict[str, Any]] | Exception, started: float, timeout_s: float
+    name: str,
+    fut: Future[dict[str, Any]] | Exception,
+    started: float,
+    timeout_s: float,
+    spec: SiteSpec | None = None,
 ) -> SiteSnapshot:
+    """``fut``'s probe result as ``name``'s snapshot (``spec``: the site's facts, for its
+    allocations' units), or an unreachable one saying why there is none."""
     if isinstance(fut, Exception):
         return unreachable_snapshot(name, f"probe could not be sent: {fut}")
     remaining = max(0.1, timeout_s - (time.monotonic() - started))
@@ -52,7 +62,7 @@ def site_snapshot(
     except Exception as e:
         return unreachable_snapshot(name, f"probe failed: {first_line(e)}")
     try:
-        return build_site_snapshot(name, raw)
+        return build_site_snapshot(name, raw, spec=spec)
     except ProbeError as e:
         return unreachable_snapshot(name, f"probe output unreadable: {e}")
     except Exception as e:

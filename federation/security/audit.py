@@ -75,6 +75,8 @@ _COLUMNS = (
     "walltime_s",
     "node_hours",
     "core_hours",
+    "charge",
+    "charge_unit",
     "decision",
     "rules",
     "message",
@@ -104,6 +106,11 @@ class AuditRecord(Frozen):
     walltime_s: int | None = None
     node_hours: float | None = None
     core_hours: float | None = None
+    """CPUs x nodes x walltime (kept for the records before charges were per site)."""
+    charge: float | None = None
+    """What the site bills for the shape's walltime, in ``charge_unit``: its own unit
+    (core-hours, gpu-hours, node-hours), minimum charge and SU rate included."""
+    charge_unit: str | None = None
     decision: AuditDecision
     rules: tuple[str, ...] = ()
     """The policy rules that decided (empty when nothing objected)."""
@@ -112,7 +119,12 @@ class AuditRecord(Frozen):
     """Who approved or rejected (operator decisions only)."""
 
 
-MIGRATIONS: tuple[Migration, ...] = (_SCHEMA,)
+_CHARGES = """
+ALTER TABLE audit ADD COLUMN charge REAL;
+ALTER TABLE audit ADD COLUMN charge_unit TEXT;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (_SCHEMA, _CHARGES)
 """The audit log's schema, version by version (``PRAGMA user_version``)."""
 
 

@@ -15,8 +15,9 @@ The :class:`PolicyGate` runs twice per submission:
    limit; nothing is submitted) or ``unresolved``: the task is held, a ``policy.unresolved``
    event is emitted, and an operator approves or rejects it. A task is unresolved when a
    limit marked ``on_exceed: hold`` is exceeded, when the caller's policy says
-   ``require_approval``, or when its estimated core-hours exceed what remains of the site's
-   allocation (the budget rule, for every caller).
+   ``require_approval``, or when its charge exceeds what remains of the allocation of the
+   account its partition is charged to (the budget rule, for every caller), both in the
+   site's own unit (:mod:`federation.core.charge`: core-hours, GPU-hours, node-hours).
 
 Every outcome is written to the audit log.
 """
@@ -25,15 +26,18 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from federation.core.charge import shape_charge, unit_label, units_agree
 from federation.core.envelope import ResourceEnvelope, Shape
-from federation.core.errors import FederationError
+from federation.core.errors import FederationError, UnknownSiteError
 from federation.core.model import Frozen
 from federation.core.paths import federation_home
-from federation.core.snapshot import FederationSnapshot
+from federation.core.snapshot import AllocationScope, FederationSnapshot, SiteSnapshot
+from federation.core.spec import PartitionSpec, SiteSpec, load_site
 from federation.core.tasks import ShellTask, TaskSpec
 from federation.security.audit import (
     MAX_WHAT_CHARS,
@@ -83,6 +87,9 @@ class PolicyOutcome(Frozen):
     node_hours: float = 0.0
     core_hours: float = 0.0
     gpus: int = 0
+    charge: float | None = None
+    """What the site bills for the shape's walltime, in ``charge_unit`` (its own)."""
+    charge_unit: str | None = None
 
     @property
     def held(self) -> bool:
@@ -158,8 +165,9 @@ class PolicyGate:
         policies: policies by caller (default: no limits for anyone).
         audit: where decisions are recorded (default: in memory).
         tokens: a second source of per-caller policies (the token store).
-        budget: apply the allocation budget rule (held when a task's core-hours exceed
-            what remains of the site's allocation).
+        budget: apply the allocation budget rule (held when a task's charge, in the site's
+            unit, exceeds what remains of its account's allocation).
+        sites: the sites' facts, for charges (others are read from ``endpoint_configs``).
     """
 
     def __init__(
@@ -169,11 +177,37 @@ class PolicyGate:
         *,
         tokens: PolicySource | None = None,
         budget: bool = True,
+        sites: Iterable[SiteSpec] = (),
     ) -> None:
         self.policies = policies or PolicySet()
         self.audit = audit or AuditLog()
         self.tokens = tokens
         self.budget = budget
+        self._sites: dict[str, SiteSpec | None] = {}
+        self.know_sites(sites)
+
+    def know_sites(self, sites: Iterable[SiteSpec]) -> None:
+        """Charge shapes on these sites by these facts (the coordinator's own)."""
+        self._sites.update({s.name: s for s in sites})
+
+    def _partition(self, shape: Shape) -> tuple[SiteSpec | None, PartitionSpec | None]:
+        if shape.site not in self._sites:  # a site never named: its endpoint_configs facts
+            try:
+                self._sites[shape.site] = load_site(shape.site)
+            except (UnknownSiteError, OSError, ValueError):
+                self._sites[shape.site] = None
+        site = self._sites[shape.site]
+        if site is None:
+            return None, None
+        return site, next((p for p in site.partitions if p.name == shape.partition), None)
+
+    def charge(self, shape: Shape) -> tuple[float, str]:
+        """What ``shape`` costs for its walltime, and the unit: the partition's own
+        (:meth:`PartitionSpec.charge`), or core-hours where the partition is not known."""
+        _, part = self._partition(shape)
+        if part is None:
+            return shape_core_hours(shape), "core-hours"
+        return shape_charge(part, shape), part.charge_unit
 
     @classmethod
     def from_home(cls, home: Path | None = None, tokens_db: Path | None = None) -> PolicyGate:
@@ -294,6 +328,7 @@ class PolicyGate:
         pol = self.policy_for(caller)
         node_h = shape_node_hours(shape)
         core_h = shape_core_hours(shape)
+        charge, unit = self.charge(shape)
         gpus = shape.gpus * shape.nodes
         findings: list[Finding] = []
         if pol is None:
@@ -320,7 +355,7 @@ class PolicyGate:
                     )
                 )
         if self.budget and snapshot is not None:
-            findings.extend(self._budget_findings(shape, core_h, snapshot))
+            findings.extend(self._budget_findings(shape, charge, unit, snapshot))
         if any(not f.hold for f in findings):
             verdict: Verdict = "denied"
         elif findings:
@@ -334,6 +369,8 @@ class PolicyGate:
             node_hours=round(node_h, 6),
             core_hours=round(core_h, 6),
             gpus=gpus,
+            charge=round(charge, 6),
+            charge_unit=unit,
         )
 
     def enforce(
@@ -455,26 +492,37 @@ class PolicyGate:
                 )
         return out
 
-    @staticmethod
+    def _allocation(self, site: SiteSnapshot, shape: Shape) -> AllocationScope | None:
+        """The allocation ``shape`` is charged to: its account's, else (no account named,
+        or the partition's own) the one its partition is charged to."""
+        if shape.account:
+            found = site.allocation_of(shape.account)
+            spec, part = self._partition(shape)
+            own = spec.account_for(shape.partition) if spec and part else None
+            if found is not None or own not in (None, shape.account):
+                return found
+        return site.allocation_for(shape.partition)
+
     def _budget_findings(
-        shape: Shape, core_h: float, snapshot: FederationSnapshot
+        self, shape: Shape, charge: float, unit: str, snapshot: FederationSnapshot
     ) -> list[Finding]:
         site = snapshot.site(shape.site)
-        alloc = site.allocation if site is not None else None
-        if alloc is None:
+        alloc = self._allocation(site, shape) if site is not None else None
+        if alloc is None or not units_agree(unit, alloc.unit):
             return []
-        remaining = alloc.remaining_core_hours
-        if remaining is None or core_h <= remaining:
+        remaining = alloc.remaining_units
+        if remaining is None or charge <= remaining:
             return []
+        label = unit_label(unit)
+        left = unit_label(alloc.unit or unit)
         return [
             Finding(
                 rule="allocation_budget",
-                limit=f"{remaining:.2f} core-hours left of {alloc.limit_core_hours:g} "
+                limit=f"{remaining:.2f} {left} left of {alloc.limit_units:g} "
                 f"(account {alloc.account})",
-                value=f"{core_h:.2f} core-hours",
-                message=f"{core_h:.2f} core-hours (CPUs x nodes x walltime) would exceed the "
-                f"{remaining:.2f} core-hours left in allocation {alloc.account} on "
-                f"{shape.site}",
+                value=f"{charge:.2f} {label}",
+                message=f"{charge:.2f} {label} would exceed the {remaining:.2f} {left} left "
+                f"in allocation {alloc.account} on {shape.site}",
                 hold=True,
             )
         ]
@@ -494,6 +542,11 @@ class PolicyGate:
         actor: str | None = None,
     ) -> AuditRecord:
         findings = outcome.findings if outcome is not None else ()
+        charge: tuple[float, str] | None = None
+        if outcome is not None and outcome.charge is not None and outcome.charge_unit:
+            charge = (outcome.charge, outcome.charge_unit)
+        elif shape is not None:
+            charge = self.charge(shape)
         rec = AuditRecord(
             at=datetime.now(UTC),
             caller=caller,
@@ -510,6 +563,8 @@ class PolicyGate:
             walltime_s=shape.walltime_s if shape else None,
             node_hours=round(shape_node_hours(shape), 6) if shape else None,
             core_hours=round(shape_core_hours(shape), 6) if shape else None,
+            charge=round(charge[0], 6) if charge else None,
+            charge_unit=charge[1] if charge else None,
             decision=decision,
             rules=tuple(f.rule for f in findings),
             message=message if message is not None else "; ".join(f.message for f in findings),

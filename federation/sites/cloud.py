@@ -21,6 +21,7 @@ import platform
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any, Literal
 
@@ -158,7 +159,7 @@ class CloudSite(ComputeSite):
         executor_factory: ExecutorFactory = cloud_executor,
         task_group_id: uuid.UUID | None = None,
         account: str | None = None,
-        budget_core_hours: float | None = None,
+        budgets: Mapping[str, float] | None = None,
         python_mismatch: PythonMismatch = "error",
         status_ttl_s: float = 60.0,
         job_check_s: float | None = 60.0,
@@ -171,7 +172,7 @@ class CloudSite(ComputeSite):
             executor_factory=executor_factory,
             task_group_id=task_group_id,
             account=account,
-            budget_core_hours=budget_core_hours,
+            budgets=budgets,
             job_check_s=job_check_s,
             storage_root=storage_root,
         )

@@ -92,7 +92,7 @@ class ComputeSite:
         probe_fn: Callable[[], dict[str, Any]] | None = None,
         adopter: Callable[[str], None] | None = None,
         account: str | None = None,
-        budget_core_hours: float | None = None,
+        budgets: Mapping[str, float] | None = None,
         online_ttl_s: float = ONLINE_TTL_S,
         job_check_s: float | None = None,
         starts_by_claims: bool = True,
@@ -102,8 +102,18 @@ class ComputeSite:
         self.storage_root = storage_root
         """The site's storage as its login node sees it (the probe reports its free space)."""
         self.account = account or spec.default_account
-        """The Slurm account work here is charged to (the probe's ``sshare`` reads it)."""
-        self.budget_core_hours = budget_core_hours
+        """The site's default Slurm account, whose credit the probe's ``sshare`` reads with
+        that of each partition's own account (:attr:`accounts`)."""
+        self.accounts: tuple[str, ...] = tuple(
+            dict.fromkeys([self.account, *(p.account for p in spec.partitions if p.account)])
+        )
+        """Every account the site charges, the default first (Delta: ``-cpu``, ``-gpu``)."""
+        self.budgets: dict[str, float] = {
+            (self.account if name == "default" else name): float(amount)
+            for name, amount in (budgets or {}).items()
+        }
+        """Configured budgets per account, in the site's units (``default``: the default
+        account's): each is an allocation's limit when the site reports none."""
         self.endpoint_id = endpoint_id
         self.client = client
         # the SDK serializes with the client's serializer: the coordinator's own functions
@@ -192,11 +202,11 @@ class ComputeSite:
         fut: Future[dict[str, Any]]
         if self._probe_fn is not None:
             fut = ex.submit(self._probe_fn)
-        else:  # the account for sshare; the budget is echoed back for the snapshot
+        else:  # the accounts for sshare; the budgets are echoed back for the snapshot
             fut = ex.submit(
                 probe_slurm,
-                account=self.account,
-                budget_core_hours=self.budget_core_hours,
+                accounts=list(self.accounts),
+                budgets=dict(self.budgets) or None,
                 storage_root=self.storage_root,
             )
         return fut

@@ -11,6 +11,7 @@ import click
 import typer
 from rich.table import Table
 
+from federation.core.charge import unit_label
 from federation.core.errors import FederationError
 from federation.core.snapshot import FederationSnapshot
 from federation.interfaces.cli.config import config_app
@@ -164,29 +165,32 @@ def doctor(
 
 
 def credit_table(snap: FederationSnapshot) -> Table:
-    """One row per site: the allocation work is charged to (sshare + configured budget)."""
+    """One row per account a site charges: its allocation (sshare + configured budget), in
+    the unit the site bills that account's partitions in."""
 
-    def hours(v: float | None) -> str:
+    def amount(v: float | None) -> str:
         return "-" if v is None else f"{v:,.1f}"
 
-    t = Table(title="Credit scope (core-hours)", header_style="bold")
-    for col in ("site", "account", "used", "limit", "remaining", "fairshare", "source"):
+    t = Table(title="Credit scope (in each site's own units)", header_style="bold")
+    cols = ("site", "account", "partitions", "unit", "used", "limit", "remaining")
+    for col in (*cols, "fairshare", "source"):
         t.add_column(col, justify="right" if col in ("used", "limit", "remaining") else "left")
     for s in snap.sites:
-        a = s.allocation
-        if a is None:
-            t.add_row(s.site, "-", "-", "-", "-", "-", "not reported")
-            continue
-        fs = "-" if a.fairshare is None else f"{a.fairshare:.3f}"
-        t.add_row(
-            s.site,
-            a.account,
-            hours(a.used_core_hours),
-            hours(a.limit_core_hours),
-            hours(a.remaining_core_hours),
-            fs,
-            a.source,
-        )
+        if not s.allocations:
+            t.add_row(s.site, "-", "-", "-", "-", "-", "-", "-", "not reported")
+        for a in s.allocations:
+            fs = "-" if a.fairshare is None else f"{a.fairshare:.3f}"
+            t.add_row(
+                s.site,
+                a.account,
+                ",".join(a.partitions) or "-",
+                unit_label(a.unit) if a.unit else "billing units",
+                amount(a.used_units),
+                amount(a.limit_units),
+                amount(a.remaining_units),
+                fs,
+                a.source,
+            )
     return t
 
 
