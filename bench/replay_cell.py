@@ -208,8 +208,10 @@ def run_cell(
         draw = rng if is_round else tick_rng
         probe_t = t - float(draw.uniform(0, opts.probe_interval_s))
         noises = [float(rng.lognormal(0.0, 0.15)) for _ in WORKLOADS] if is_round else []
-        for a in arms:
-            _step(a, specs, t, probe_t, is_round, noises)
+        for a in arms:  # a watch tick steps the watching policies only, so that a
+            # policy's result does not depend on which others are compared beside it
+            if is_round or a.watching:
+                _step(a, specs, t, probe_t, is_round, noises)
         if is_round:
             next_round += 1800.0
         t = _next_tick(t, next_round, end, watch_s, any(a.pending for a in arms))
@@ -382,7 +384,7 @@ def _one_task(
     fed = a.view(fed)
     d = pol.decide(w.envelope, list(specs.values()), fed, now_dt)  # type: ignore[arg-type]
     slurm_wait = None
-    if a.name.startswith("twin") or a.name == "auto":
+    if a.name.startswith(("twin", "auto")):
         site_snap = next(s for s in fed.sites if s.site == d.chosen.site)
         slurm_wait = a.slurm.wait(d.chosen.shape, site_snap, now_dt, 0.5)  # type: ignore[arg-type]
     elif a.name == "best-feasible":

@@ -207,6 +207,10 @@ def make_policy(
         return twin(single, runtime)
     if name == "auto":  # the default, as a coordinator builds it: one copy
         return auto_policy(single, runtime, slurm)
+    if name.startswith("auto@"):  # the default with another weight on Slurm's plan
+        p = auto_policy(single, runtime, slurm, weight=float(name.split("@", 1)[1]))
+        p.name = name
+        return p
     if name == "twin-hedge":
         return twin_hedge(twin_pred, runtime, max_copies=opts.max_copies, budget=budget)
     if name == "twin-watch":

@@ -465,3 +465,26 @@ def test_seeded_running_job_has_no_launch_delay_and_blocks_the_head() -> None:
     assert site.status(late).start_s is None and site.status(fits).start_s == 0
     site.run_until_idle()
     assert site.status(head).start_s == 100  # the seeded job ends at 100 exactly
+
+
+def test_clones_snapshot_their_own_running_jobs_under_a_shared_job_id() -> None:
+    # Two clones of one site (two policies' worlds) each number their next submission the
+    # same; their snapshots must show their own job, never the other clone's record of it.
+    base = SimSite(make_spec(nodes=2, cpus=4))
+    base.submit(job(1, wall=1000, run=1000))  # a background job on one node
+    base.advance(10.0)
+    base.snapshot()
+    a, b = base.clone(), base.clone()
+    a.advance(20.0)
+    ja = a.submit(job(1, wall=500, cpus=1))
+    b.advance(50.0)
+    jb = b.submit(job(1, wall=3000, cpus=3))
+    assert ja == jb  # the same id for different jobs
+    a.advance(60.0)
+    b.advance(60.0)
+    ra = next(j for j in a.snapshot().jobs if j.job_id == ja)
+    rb = next(j for j in b.snapshot().jobs if j.job_id == jb)
+    assert (ra.cpus, ra.time_limit_s) == (1, 500)
+    assert (rb.cpus, rb.time_limit_s) == (3, 3000)
+    assert ra.start_time is not None and rb.start_time is not None
+    assert (rb.start_time - ra.start_time).total_seconds() == 30.0

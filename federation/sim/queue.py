@@ -349,7 +349,10 @@ class SimSite:
         c.estimate_limit = self.estimate_limit
         c._parts = {k: p.clone() for k, p in self._parts.items()}
         c._now, c._seq, c._where = self._now, self._seq, dict(self._where)
-        c._node_recs, c._run_recs = self._node_recs, self._run_recs
+        # node records are keyed by their whole state, so clones may share them; a running
+        # job's record is keyed by its id, which clones reuse for different jobs (each
+        # numbers its own submissions; a background job starts at different times in each)
+        c._node_recs, c._run_recs = self._node_recs, {}
         return c
 
     def what_if(self, job: SimJob, *, future_arrivals: bool = True) -> tuple[float, float]:
