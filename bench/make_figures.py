@@ -1,4 +1,4 @@
-"""Run a few tasks on the local federation and write the README's figures.
+"""Run a few tasks on the local federation and write the docs' figures (docs/img).
 
     .venv/bin/python bench/make_figures.py [--out docs/img] [--no-load]
 

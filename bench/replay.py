@@ -1,7 +1,7 @@
 """Replay benchmark: placement policies on a simulated four-site federation under real load.
 
     python bench/replay.py                                   # KTH-SP2, CEA-Curie; light, busy
-    python bench/replay.py --traces all --seeds 6 --jobs 2   # every shared trace (README tables)
+    python bench/replay.py --traces all --seeds 6 --jobs 2   # every trace (docs/placement.md)
     python bench/replay.py --traces my-site.swf.gz --regimes busy  # your own site's log
     python bench/replay.py --seeds 1 --hours 6               # a quick look
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         f"late board {args.late_board}"
     )
     text, data = render(cells, time.monotonic() - t0, header, args.judge, opts.budget)
-    text += "\n\n## Summary (the README's table)\n\n" + render_compact(data)
+    text += "\n\n## Summary (the table in docs/placement.md)\n\n" + render_compact(data)
     print(text)
     write(args.out, text, data)
     return 0

@@ -222,7 +222,7 @@ COMPACT = ("fixed:delta", "earliest-start", "best-feasible", "twin", "twin-watch
 
 
 def render_compact(data: dict[str, Any]) -> str:
-    """The README's table: per trace and regime, the key policies' pooled figures and the
+    """docs/placement.md's table: per trace and regime, the key policies' pooled figures and the
     judged policy's per-seed verdict (printed by ``bench/replay.py`` after the full report)."""
     judged = data["judged"]
     lines = [

@@ -44,7 +44,7 @@ fi
 export PATH="$VENV/bin:$PATH"
 
 # The strict worker environment: where the local sites' workers run, as on a real site a
-# Python with what docs/DEPLOY.md tells a site to install (the Globus Compute endpoint, at
+# Python with what docs/deploy.md tells a site to install (the Globus Compute endpoint, at
 # the coordinator's versions) and nothing of this repository.
 WORKER_VENV="$ROOT/.venv-worker"
 pins="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("globus-compute-endpoint", "globus-compute-sdk", "parsl", "dill")))')"

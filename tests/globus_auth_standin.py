@@ -8,7 +8,7 @@ grant (matched on the exact form the SDK must send: ``access_type=offline`` and 
 Compute and Transfer scopes), refresh grants, and revocations. The real
 ``globus_sdk.ConfidentialAppAuthClient`` of :class:`GlobusCallers` makes every call.
 
-Where this differs from the real Globus Auth (docs/DEPLOY.md lists it for operators):
+Where this differs from the real Globus Auth (docs/deploy.md lists it for operators):
 introspection answers what the test registered (the real service answers ``active:
 false`` for expired and revoked tokens alike); a revoked refresh token is refused only
 where the test says so (the real service refuses it from the revocation on); consent is

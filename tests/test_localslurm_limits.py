@@ -1,6 +1,6 @@
 """Per-user job limits: site.yaml -> partition QOS -> the local clusters refuse and hold jobs.
 
-Fast tests check the limits each site.yaml sets (docs/SITE-FACTS.md), the rendered
+Fast tests check the limits each site.yaml sets (docs/site-facts.md), the rendered
 slurm.conf and the ``sacctmgr`` QOS commands. The ``slurm`` test submits to the real Vista
 cluster until Slurm itself refuses a job (``QOSMaxSubmitJobPerUserLimit``) and holds the
 rest back (``QOSMaxJobsPerUserLimit``).

@@ -1,7 +1,7 @@
 """Everything the coordinator ships runs on a worker that has nothing of this repository.
 
 The worker here is a real one's Python: the strict worker environment (``.venv-worker``,
-made by ``scripts/bootstrap.sh`` with just what docs/DEPLOY.md tells a site to install),
+made by ``scripts/bootstrap.sh`` with just what docs/deploy.md tells a site to install),
 started in an empty folder with a bare environment, so neither ``functions`` nor
 ``federation`` can be imported. Each shipped function is serialized exactly as a site's
 Executor serializes it (:func:`federation.sites.shipping.executor_serializer`; Python tasks

@@ -1,4 +1,4 @@
-"""The web-service stand-in behaves as the Globus Compute service does (docs/STAND-IN.md).
+"""The web-service stand-in behaves as the Globus Compute service does (docs/stand-in.md).
 
 Everything goes through the real SDK ``Client``/``Executor`` from
 :class:`~federation.standin.compute_service.LocalComputeService` and, where an endpoint is needed,

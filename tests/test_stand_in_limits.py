@@ -1,4 +1,4 @@
-"""The web-service stand-in's limits are the Globus Compute service's (docs/STAND-IN.md).
+"""The web-service stand-in's limits are the Globus Compute service's (docs/stand-in.md).
 
 Through the real SDK ``Client``/``Executor`` only: the request rate (20 per 10 s per
 identity, answered 429 with ``Retry-After``), the SDK's own client-side throttle left as

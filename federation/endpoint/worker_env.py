@@ -1,6 +1,6 @@
 """The local sites' workers run where a real site's do: a Python without this repository.
 
-A site's worker environment has what docs/DEPLOY.md tells its admin to install (the Globus
+A site's worker environment has what docs/deploy.md tells its admin to install (the Globus
 Compute endpoint, which brings the SDK, parsl and dill) and nothing of this repository.
 The local endpoints' workers run in such an environment too, the *strict worker
 environment* ``.venv-worker`` (``$FEDERATION_WORKER_VENV``), which ``scripts/bootstrap.sh``

@@ -2,7 +2,7 @@
 
 The twin predicts waits from a learned usage model: most jobs end early, so most queues move
 faster than Slurm's plan says, and ranking on the twin's median is what makes it near-fastest
-for most tasks (README, "Placement and the replay benchmark"). Its misses are one-sided, and
+for most tasks (docs/placement.md, the replay benchmark). Its misses are one-sided, and
 they are the tail: a queue whose jobs do run to their limits (a sweep of 8-hour jobs on a
 partition whose usage model is dominated by short ones) waits far longer than the twin said.
 

@@ -2,8 +2,8 @@
 what a coordinator sees.
 
 The replay benchmark ranks the digital twin policies first (``twin-watch`` where copies can be
-withdrawn, ``twin`` otherwise) and ``earliest-start`` far below (README, "Placement and the
-replay benchmark"). A coordinator has no trace to learn from, so :class:`LearnedPlacement`
+withdrawn, ``twin`` otherwise) and ``earliest-start`` far below (docs/placement.md, "Placement
+and the replay benchmark"). A coordinator has no trace to learn from, so :class:`LearnedPlacement`
 learns from its own deployment, from the first task on:
 
 * **Queue usage** (:class:`~.runtime_model.UsageRatioModel`): every snapshot's running jobs

@@ -169,7 +169,8 @@ class Coordinator:
             self.events.subscribe(self._learn_runtime)
         self.charge_late_copies = False
         """A watching policy's waits are charged :attr:`late_board` when set; ``auto``
-        always is (the replay, where copies take room in the queues, measures it; README)."""
+        always is (the replay, where copies take room in the queues, measures it;
+        docs/placement.md)."""
 
     def site_for(self, caller: str, site: str) -> SiteBackend:
         """The backend acting for ``caller`` at ``site``: the caller's own when they have an

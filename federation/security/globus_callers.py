@@ -21,7 +21,7 @@ a caller sends a Globus Auth access token for the service's scope. :class:`Globu
 * **logs a caller out**: revokes every stored token (``oauth2_revoke_token``) and deletes
   them.
 
-What stays the service's own identity is named in docs/DEPLOY.md (probes, for one).
+What stays the service's own identity is named in docs/deploy.md (probes, for one).
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ class GlobusCallers:
                     f"you ({e.http_status} {_oauth_error(e) or e.code})",
                     "log in again, consenting to the service's scope (`federation token "
                     "globus --force`); its operator must make the scope depend on Globus "
-                    "Compute and Transfer (docs/DEPLOY.md)",
+                    "Compute and Transfer (docs/deploy.md)",
                 ) from None
             except globus_sdk.GlobusConnectionError as e:
                 self._forget_token(token)

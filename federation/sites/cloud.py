@@ -227,7 +227,7 @@ class CloudSite(ComputeSite):
                 raise SiteUnavailableError(
                     f"site {self.name}: endpoint {self.endpoint_id} is {state}. Ask the site "
                     "admin to start it (`globus-compute-endpoint start "
-                    f"{self.name}` on the login node; see docs/DEPLOY.md)."
+                    f"{self.name}` on the login node; see docs/deploy.md)."
                 )
             self._info = info
             return info

@@ -65,7 +65,7 @@ def serve_command(
     """Serve the HTTP API (bearer tokens from `federation token issue`).
 
     Every submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
-    policies; see docs/SECURITY.md) and is written to the audit log.
+    policies; see docs/security.md) and is written to the audit log.
     """
     from federation.core.errors import BadEnvelopeError, ConfigError
     from federation.interfaces.service.server import serve
