@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id  # noqa: E402
+from federation.sites.shipping import executor_serializer  # noqa: E402
 from federation.standin.compute_service import LocalComputeService  # noqa: E402
 from functions.faults import slow_probe  # noqa: E402
 from functions.workloads import square  # noqa: E402
@@ -67,6 +68,8 @@ def local_endpoint() -> Iterator[ProbeEndpoint]:
 
     svc._endpoints[str(eid)].link._on_event = spy
     ep.ex = svc.executor(eid, svc.client(), user_endpoint_config=PROBE)
+    # by source, as a site's Executor ships: the worker environment has none of this repo
+    ep.ex.serializer = executor_serializer()
     try:
         ep.ex.submit(square, 1).result(timeout=120)  # warm the engine
         yield ep
