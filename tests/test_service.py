@@ -211,7 +211,7 @@ def test_happy_path_shell_and_catalog_function(client: TestClient, coord: Coordi
         assert sub["site"] == "local" and sub["state"] in ("queued", "running")
         assert sub["shape"]["site"] == "local" and sub["granted"].startswith("local/")
         assert sub["decision"]["chosen"]["site"] == "local"
-        assert "policy twin: chose local/" in sub["explain"]
+        assert "policy auto: chose local/" in sub["explain"]
         assert "excluded by the envelope's site list" in sub["explain"]
     assert f["label"] == "square"
 
