@@ -16,10 +16,12 @@ learns from its own deployment, from the first task on:
   datasheet's speed ratios), which is what ``earliest-start`` does, on the twin's waits.
 * **Placement**: ``twin`` (the conservative quantile twin, one copy) by default; with
   ``hedge=True``, ``twin-watch`` (sampled twins, a hedge budget of 1.2 copies per task). The
-  coordinator's ``auto`` uses one copy. A site whose queue lists more than ``max_jobs``
-  (3,000) jobs is predicted
-  from its snapshot alone (a twin replays the whole queue: about 0.6 s per replay at 10,000
-  jobs, and ``twin-watch`` replays 16), which the candidate's ``why`` says.
+  coordinator's ``auto`` uses one copy. Either way each candidate is also charged
+  :data:`BOUND_WEIGHT` of how far Slurm's own plan (every job to its limit) lies beyond the
+  twin's wait (:mod:`federation.placement.guard`, :func:`auto_policy`). A site whose queue
+  lists more than ``max_jobs`` (3,000) jobs is predicted from its snapshot alone (a twin
+  replays the whole queue: about 0.6 s per replay at 10,000 jobs, and ``twin-watch``
+  replays 16), which the candidate's ``why`` says.
 
 Thread safety: the learned state is updated under a lock; the workload a decision is for is
 passed through a context variable (:meth:`workload`), so concurrent submissions do not mix.
