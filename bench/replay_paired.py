@@ -15,11 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.replay_cell import Cell
-from federation.placement.metrics import fmt_s, summarize
+from federation.placement.metrics import PolicySummary, fmt_s
+
+if TYPE_CHECKING:
+    from bench.replay_report import Verdict
 
 REFERENCE = "best-feasible"
 MAX_WORSE_SHARE = 0.1
@@ -62,26 +66,34 @@ class Paired:
         return self.mean_ok and self.p95_ok and self.seeds_ok and self.bg_ok
 
 
-def _bg_per_task(c: Cell, policy: str) -> float | None:
-    if policy not in c.bg_delay or not c.outcomes[policy]:
+def bg_per_task(cells: Sequence[Cell], policy: str) -> float | None:
+    """The background jobs' extra wait per task ``policy`` placed, over ``cells``."""
+    if policy not in cells[0].bg_delay:
         return None
-    return c.bg_delay[policy][0] / len(c.outcomes[policy])
+    total = sum(c.bg_delay[policy][0] for c in cells)
+    tasks = sum(len(c.outcomes[policy]) for c in cells)
+    return total / tasks if tasks else None
 
 
-def paired(cells: Sequence[Cell], judged: str, judged_seeds: set[int]) -> Paired:
-    """``judged_seeds``: the busy seeds the targets judge (a light cell judges every seed)."""
-    mine = summarize(judged, [o for c in cells for o in c.outcomes[judged]])
-    ref = summarize(REFERENCE, [o for c in cells for o in c.outcomes[REFERENCE]])
-    worse = []
-    for c in cells:
-        if c.seed not in judged_seeds:
-            continue
-        s, r = summarize(judged, c.outcomes[judged]), summarize(REFERENCE, c.outcomes[REFERENCE])
-        if s.mean_extra_s > r.mean_extra_s + 1.0 or s.p95_extra_s > r.p95_extra_s + 1.0:
-            worse.append(c.seed)
+def paired(
+    cells: Sequence[Cell], verdicts: Sequence[Verdict], mine: PolicySummary, ref: PolicySummary
+) -> Paired:
+    """The judged policy (pooled: ``mine``) against best-feasible (``ref``) over ``cells``,
+    seed by seed from the targets' ``verdicts`` (a judged seed is a busy one, or any light
+    one)."""
+    judged = mine.policy
+    worse = [
+        v.seed
+        for v in verdicts
+        if v.judged
+        and (
+            v.summary.mean_extra_s > v.reference.mean_extra_s + 1.0
+            or v.summary.p95_extra_s > v.reference.p95_extra_s + 1.0
+        )
+    ]
     diffs = []
     for c in cells:
-        a, b = _bg_per_task(c, judged), _bg_per_task(c, REFERENCE)
+        a, b = bg_per_task([c], judged), bg_per_task([c], REFERENCE)
         if a is not None and b is not None:
             diffs.append(a - b)
     diff = float(np.mean(diffs)) if diffs else None
@@ -93,7 +105,7 @@ def paired(cells: Sequence[Cell], judged: str, judged_seeds: set[int]) -> Paired
         mean_ok=mine.mean_extra_s <= ref.mean_extra_s + 1.0,
         p95_ok=mine.p95_extra_s <= ref.p95_extra_s + 1.0,
         worse_seeds=worse,
-        busy_seeds=len(judged_seeds),
+        busy_seeds=sum(v.judged for v in verdicts),
         bg_diff_s=diff,
         bg_ci_s=ci,
     )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from bench.replay_cell import Cell
-from bench.replay_paired import paired, paired_json, paired_lines
+from bench.replay_paired import bg_per_task, paired, paired_json, paired_lines
 from bench.replay_setup import SITES
 from federation.placement.metrics import PolicySummary, fmt_s, summarize
 
@@ -85,14 +84,6 @@ def row(s: PolicySummary, bg_s_per_task: float | None) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def bg_per_task(cells: Sequence[Cell], policy: str) -> float | None:
-    if policy not in cells[0].bg_delay:
-        return None
-    total = sum(c.bg_delay[policy][0] for c in cells)
-    tasks = sum(len(c.outcomes[policy]) for c in cells)
-    return total / tasks if tasks else None
-
-
 def judge(cell: Cell, policy: str, reference: str = "best-feasible") -> Verdict:
     s = summarize(policy, cell.outcomes[policy])
     ref = summarize(reference, cell.outcomes[reference])
@@ -137,8 +128,9 @@ def render(
         lines.append("|" + "---|" * len(COLUMNS))
         pols = sorted(cs[0].outcomes, key=lambda name: name == "oracle")  # the oracle last
         group: dict[str, Any] = {"trace": tname, "regime": regime, "policies": {}, "seeds": []}
+        pooled: dict[str, PolicySummary] = {}
         for p in pols:
-            s = summarize(p, [o for c in cs for o in c.outcomes[p]])
+            s = pooled[p] = summarize(p, [o for c in cs for o in c.outcomes[p]])
             bg = bg_per_task(cs, p)
             lines.append(row(s, bg))
             group["policies"][p] = {**s.model_dump(), "bg_delay_s_per_task": bg}
@@ -161,7 +153,7 @@ def render(
             cpt = float(np.mean([o.copies for c in cs for o in c.outcomes[judged]]))
             if budget is not None and cpt > budget + 1e-9:
                 all_ok = False
-            pr = paired(cs, judged, {v.seed for v in verdicts if v.judged})
+            pr = paired(cs, verdicts, pooled[judged], pooled["best-feasible"])
             lines += paired_lines(judged, pr)
             group["vs_best_feasible"] = paired_json(pr)
             never_worse &= pr.ok

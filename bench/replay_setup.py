@@ -19,7 +19,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.spec import SiteSpec, load_sites
 from federation.placement.budget import HedgeBudget
 from federation.placement.candidates import Candidate, WaitFn
-from federation.placement.learned import auto_policy
+from federation.placement.learned import BOUND_WEIGHT, auto_policy
 from federation.placement.policies import (
     Policy,
     Watch,
@@ -205,10 +205,10 @@ def make_policy(
         return bf
     if name == "twin":
         return twin(single, runtime)
-    if name == "auto":  # the default, as a coordinator builds it: one copy
-        return auto_policy(single, runtime, slurm)
-    if name.startswith("auto@"):  # the default with another weight on Slurm's plan
-        p = auto_policy(single, runtime, slurm, weight=float(name.split("@", 1)[1]))
+    if name == "auto" or name.startswith("auto@"):  # the default, as a coordinator
+        # builds it (one copy); auto@<w>: with another weight on Slurm's plan
+        weight = float(name.split("@", 1)[1]) if "@" in name else BOUND_WEIGHT
+        p = auto_policy(single, runtime, slurm, weight=weight)
         p.name = name
         return p
     if name == "twin-hedge":
