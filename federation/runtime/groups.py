@@ -527,18 +527,19 @@ class GroupManager:
         return unmoved
 
     def _end_round(self, g: GroupHandle) -> None:
-        """Record and announce the round's end, then release ``wait()`` (in that order, so
-        a caller woken by ``wait()`` finds ``group.round_terminal`` in the history)."""
+        """Record and announce the round's end, leave memory, then release ``wait()`` (in
+        that order, so a caller woken by ``wait()`` finds ``group.round_terminal`` in the
+        history and the group released)."""
         self._persist(g, "terminal")
         self.coord.events.emit(
             "group.round_terminal", g.id, None, state=g.state(), replacements=len(g.replacements)
         )
-        g._done.set()
         if self.coord.store is not None:  # ended: read back from the store (get), not kept
             with self._lock:
                 if self.groups.get(g.id) is g:
                     del self.groups[g.id]
                     self.released += 1
+        g._done.set()  # last: a caller woken here finds the group released too
 
     def get(self, group_id: str) -> GroupHandle:
         """A group by id: an open one from memory, an ended one (or an earlier

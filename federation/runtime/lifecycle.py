@@ -97,8 +97,7 @@ class Lifecycle:
     def release(self, h: TaskHandle) -> None:
         """A finished task leaves memory once nothing more can happen to it (no copy
         still queued or being cancelled); the store keeps it. Nothing without a store."""
-        if self.reg.release(h):
-            self.rt.events.forget(h.id)
+        self.reg.release(h, then=lambda: self.rt.events.forget(h.id))
 
     # --- the transitions ------------------------------------------------------------------
     def queue(

@@ -60,10 +60,12 @@ class TaskRegistry:
         with self.lock:
             return list(self.handles.values())
 
-    def release(self, h: TaskHandle) -> bool:
+    def release(self, h: TaskHandle, then: Callable[[], None] | None = None) -> bool:
         """Drop finished ``h`` from memory and from every index; the store keeps it and
         :meth:`find` reads it back. Not while a copy of it may still be submitted,
-        queued or being cancelled (its reports are matched here), nor without a store."""
+        queued or being cancelled (its reports are matched here), nor without a store.
+        ``then`` (e.g. forget its history) runs before :attr:`released` counts it, so a
+        reader who sees the count sees everything released."""
         if self.lookup is None or not h.done:
             return False
         with self.lock:
@@ -80,6 +82,8 @@ class TaskRegistry:
                         del self.by_compute_id[cid]
                     self.copy_ids.pop(cid, None)
                     self.early_starts.pop(cid, None)
+            if then is not None:
+                then()
             self.released += 1
         return True
 
