@@ -120,6 +120,8 @@ class _Ghost:
 
     q: _Q
     start: float | None = None
+    left_s: float | None = None
+    """When it left the shared pass: started, or reached the head and was forked off."""
 
 
 @dataclass(slots=True)

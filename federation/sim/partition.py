@@ -273,10 +273,11 @@ class _Part(_PartPlan):
             if self.fit_long(*shape, resv) is None:
                 failed_long.add(shape)
                 return
-        gh.start = t
+        gh.start = gh.left_s = t
 
     def _ghost_turn(self, gh: _Ghost, i: int) -> None:
         """Every job ahead of the ghost has started: it starts now or becomes the head."""
+        gh.left_s = self.now
         if self.fit_now(*gh.q.shape) is not None:
             gh.start = self.now
             return

@@ -72,6 +72,7 @@ facade over them and re-exports the public names.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import islice
 
@@ -90,7 +91,7 @@ from federation.sim.jobs import (
 )
 from federation.sim.partition import _Part
 from federation.sim.probe import _render_snapshot, _status
-from federation.sim.whatif import _what_if_part
+from federation.sim.whatif import Frontier, _what_if_part
 
 __all__ = [
     "DEFAULT_EPOCH",
@@ -158,6 +159,9 @@ class SimSite:
         self._node_recs: dict[tuple[str, int, int, int, int], NodeRecord] = {}
         self._run_recs: dict[tuple[str, datetime], JobRecord] = {}
         """Snapshot records of unchanged nodes and running jobs (immutable, so shared)."""
+        self._frontiers: dict[str, Frontier] = {}
+        """Per partition, how far what-ifs have played it (:mod:`.whatif`), for this clock
+        and these submissions only."""
 
     # -- basics ---------------------------------------------------------------------------
 
@@ -212,18 +216,23 @@ class SimSite:
 
     def submit(self, job: SimJob) -> str:
         """Queue ``job`` (now, or at ``job.submit_s`` if later); return its job id."""
+        before = self._seq
         part, q = self._make_q(job)
         if q.submit_s > self._now:
+            self._frontiers.pop(part.name, None)
             part.add_future([(q.submit_s, q.seq, q)])
         else:
             part.advance(self._now)
+            self._queued_behind(part, [q], before)
             part.enqueue([q])
             if part.dirty:
                 part.schedule()
+        self._resync(before, {part.name})
         return q.job_id
 
     def submit_many(self, jobs: Iterable[SimJob]) -> list[str]:
         """Queue many jobs at once (one sort per partition: use this to preload a trace)."""
+        before = self._seq
         ids: list[str] = []
         now_items: dict[str, list[_Q]] = {}
         future: dict[str, list[tuple[float, int, _Q]]] = {}
@@ -235,14 +244,38 @@ class SimSite:
             else:
                 now_items.setdefault(part.name, []).append(q)
         for name, items in future.items():
+            self._frontiers.pop(name, None)
             self._parts[name].add_future(items)
         for name, qs in now_items.items():
             part = self._parts[name]
             part.advance(self._now)
+            self._queued_behind(part, qs, before)
             part.enqueue(qs)
             if part.dirty:
                 part.schedule()
+        self._resync(before, {*future, *now_items})
         return ids
+
+    def _queued_behind(self, part: _Part, qs: list[_Q], before: int) -> None:
+        """Keep ``part``'s what-if frontier through the jobs about to be queued now if it
+        can (:meth:`.whatif.Frontier.with_queued`), else drop it."""
+        fr = self._frontiers.pop(part.name, None)
+        if fr is not None and fr.now_s == self._now and fr.seq == before:
+            last = part.pending[-1] if part.pending else None
+            kept = fr.with_queued(qs, last, self._seq)
+            if kept is not None:
+                self._frontiers[part.name] = kept
+
+    def _resync(self, before: int, touched: set[str]) -> None:
+        """After submissions numbered past ``before``: the other partitions' frontiers,
+        untouched, hold for the new count (a frontier of any other count is dropped)."""
+        for name, fr in list(self._frontiers.items()):
+            if name in touched and fr.seq == self._seq:
+                continue
+            if name in touched or fr.seq != before:
+                del self._frontiers[name]
+            else:
+                self._frontiers[name] = replace(fr, seq=self._seq)
 
     def seed_running(self, job: SimJob, nodes: Sequence[int]) -> str:
         """Put ``job`` on the site as already running, now, on exactly these nodes.
@@ -263,6 +296,8 @@ class SimSite:
         jid = str(self._seq)
         q = _make_q(job.priority, self._now, self._seq, jid, job)
         part.seed(q, nodes)
+        self._frontiers.pop(part.name, None)
+        self._resync(self._seq - 1, set())
         self._where[jid] = part.name
         if part.pending:
             part.schedule()
@@ -275,6 +310,7 @@ class SimSite:
         """Cancel a future, pending or running job; ``False`` if it had already finished."""
         part = self._part(self._where_is(job_id))
         part.advance(self._now)
+        self._frontiers.pop(part.name, None)
         ok = part.cancel(job_id)
         if part.dirty:
             part.schedule()
@@ -292,6 +328,8 @@ class SimSite:
         """Play every partition forward to ``to_t`` (event by event, not second by second)."""
         if to_t < self._now:
             raise SimRequestError(f"cannot go back in time: now={self._now}, asked {to_t}")
+        if to_t != self._now:
+            self._frontiers.clear()
         for p in self._parts.values():
             p.advance(to_t)
         self._now = float(to_t)
@@ -353,6 +391,7 @@ class SimSite:
         # job's record is keyed by its id, which clones reuse for different jobs (each
         # numbers its own submissions; a background job starts at different times in each)
         c._node_recs, c._run_recs = self._node_recs, {}
+        c._frontiers = dict(self._frontiers)  # never changed: replaced
         return c
 
     def what_if(self, job: SimJob, *, future_arrivals: bool = True) -> tuple[float, float]:
@@ -384,7 +423,16 @@ class SimSite:
         for name, idxs in by_part.items():
             part = self._parts[name]
             part.advance(self._now)
-            answers = _what_if_part(part, [jobs[k] for k in idxs], self._seq, future_arrivals)
+            fr = self._frontiers.get(name)
+            if fr is not None and (fr.now_s != self._now or fr.seq != self._seq):
+                fr = None
+            answers, fr = _what_if_part(
+                part, [jobs[k] for k in idxs], self._seq, future_arrivals, fr
+            )
+            if fr is None:
+                self._frontiers.pop(name, None)
+            else:
+                self._frontiers[name] = fr
             for k, answer in zip(idxs, answers, strict=True):
                 out[k] = answer
         return [x for x in out if x is not None]
