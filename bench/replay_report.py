@@ -210,7 +210,15 @@ def write(out: Path, text: str, data: dict[str, Any]) -> None:
     out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
 
 
-COMPACT = ("fixed:delta", "earliest-start", "best-feasible", "twin", "twin-watch", "auto")
+COMPACT = (
+    "fixed:delta",
+    "earliest-start",
+    "best-feasible",
+    "twin",
+    "twin-watch",
+    "auto-1",
+    "auto",
+)
 
 
 def render_compact(data: dict[str, Any]) -> str:

@@ -46,6 +46,7 @@ POLICIES = (
     "twin-hedge",
     "twin-watch",
     "auto",
+    "auto-1",
 )
 # Target utilization per site: busy regimes differ by site, as production systems do.
 REGIMES = {
@@ -189,8 +190,11 @@ def make_policy(
 
     ``best-feasible`` is the paper's, on Slurm's own start estimates (``slurm``: the same
     backfill replay of the visible queue with every job running to its limit). ``twin``
-    places its single copy on the conservative quantile twin (``single``); the hedging
-    policies use the sampled twins (``twin_pred``) and share one ``budget`` across workloads.
+    places its single copy on the conservative quantile twin (``single``); ``twin-hedge`` and
+    ``twin-watch`` use the sampled twins (``twin_pred``). ``auto`` hedges on the quantile
+    twin, as a coordinator does where copies can be withdrawn, and ``auto-1`` is its single
+    copy form (no site can withdraw one). The hedging policies share one ``budget`` across
+    workloads.
     """
     if name.startswith("fixed:"):
         return fixed_site(name.split(":", 1)[1])
@@ -205,10 +209,17 @@ def make_policy(
         return bf
     if name == "twin":
         return twin(single, runtime)
-    if name == "auto" or name.startswith("auto@"):  # the default, as a coordinator
-        # builds it (one copy); auto@<w>: with another weight on Slurm's plan
+    if name == "auto" or name.startswith("auto@"):  # the default, as a coordinator builds
+        # it where copies can be withdrawn (every simulated site): hedging, within the
+        # budget; auto@<w>: with another weight on Slurm's plan
         weight = float(name.split("@", 1)[1]) if "@" in name else BOUND_WEIGHT
-        p = auto_policy(single, runtime, slurm, weight=weight)
+        p = auto_policy(
+            single, runtime, slurm, hedge=True, watch=opts.watch, budget=budget, weight=weight
+        )
+        p.name = name
+        return p
+    if name == "auto-1":  # the default where no copy could be withdrawn: one copy per task
+        p = auto_policy(single, runtime, slurm)
         p.name = name
         return p
     if name == "twin-hedge":

@@ -66,7 +66,8 @@ class GatedSite:
     ``cancellable=False`` models a site where the copy had already started when the
     cancel arrived; ``submit_error`` makes submission raise; ``fail_before_start`` makes
     a task end in an error without ever reporting a start (a lost batch job; a text says
-    how it was lost, e.g. a node failure, which is retryable). Results
+    how it was lost, e.g. a node failure, which is retryable); ``reports_start=False``
+    runs tasks without reporting their starts (the result comes first). Results
     are ``{"site": name, "value": ...}`` so whose result the task kept is visible. Like a
     real endpoint, the site outlives a coordinator: ``reattach`` hands a new coordinator
     new futures for its tasks, and the old coordinator's futures never resolve.
@@ -79,6 +80,7 @@ class GatedSite:
         cancellable: bool = True,
         submit_error: str | None = None,
         fail_before_start: bool | str = False,
+        reports_start: bool = True,
     ) -> None:
         self.spec = spec
         self.coord: Coordinator | None = None
@@ -86,6 +88,7 @@ class GatedSite:
         self.cancellable = cancellable
         self.submit_error = submit_error
         self.fail_before_start = fail_before_start
+        self.reports_start = reports_start
         self.jobs: dict[str, _Job] = {}
         self.cancelled: list[str] = []
         self.refused: list[str] = []
@@ -134,7 +137,8 @@ class GatedSite:
                 why = lost if isinstance(lost, str) else "was lost before it started"
                 raise RuntimeError(f"batch job on {self.name} {why}")
             assert self.coord is not None
-            self.coord.notify_started(job.tid, job.slurm_job_id)
+            if self.reports_start:
+                self.coord.notify_started(job.tid, job.slurm_job_id)
             value = job.task.fn(*job.task.args, **job.task.kwargs)
         except Exception as e:
             job.state = "done"
@@ -305,6 +309,40 @@ def test_a_late_result_from_a_copy_that_lost_is_ignored() -> None:
         ]
         assert {c["site"]: c["state"] for c in again.copies} == {
             "delta": "abandoned",
+            "local": "won",
+        }
+    finally:
+        coord.close()
+
+
+def _raises_remotely() -> None:
+    raise ValueError(
+        'Traceback (most recent call last):\n  File "task.py", line 1\n'
+        "ValueError: the task's own error"
+    )
+
+
+def test_a_copy_whose_own_code_raised_ran_so_it_wins_and_the_task_fails() -> None:
+    """A copy whose code raised at its site (a remote traceback, no start report yet) ran:
+    it wins the race as a result would, the other copy is withdrawn, and the task fails
+    once, its start announced first, as a task placed once does."""
+    sites = _sites(local={"reports_start": False})
+    coord = _coordinator(sites)
+    try:
+        h = coord.submit_task(PythonTask(_raises_remotely, ()), ENV)
+        sites["local"].go.set()
+        r = coord.get_result(h, timeout_s=10)
+        assert r.status == "failed" and "the task's own error" in (r.error or "")
+        assert r.site == "local"
+        assert _kinds(coord, h) == [
+            "task.queued",
+            "task.hedge_cancelled",
+            "task.started",
+            "task.failed",
+        ]
+        assert sites["delta"].cancelled == [sites["delta"].tid()]
+        assert {c["site"]: c["state"] for c in r.copies} == {
+            "delta": "cancelled",
             "local": "won",
         }
     finally:

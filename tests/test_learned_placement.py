@@ -98,6 +98,8 @@ def test_a_coordinator_places_with_auto_by_default_and_learns_each_finished_task
     coord = inprocess_coordinator()
     try:
         assert coord.policy == "auto" and coord.learned is not None
+        # its sites can withdraw a queued task: the default hedges, within its budget
+        assert coord.learned.hedge and coord.learned.policy.watch is not None
         h = coord.submit_task(PythonTask(_nap), ResourceEnvelope(cpus_min=1))
         assert h.decision.policy == "auto"
         assert coord.result_value(h, timeout_s=30) == 9
@@ -123,3 +125,21 @@ def test_a_queue_too_long_to_replay_is_predicted_from_the_snapshot_saying_so() -
     )
     others = [c for c in d.candidates if c.site != "delta"]
     assert others and all(c.why.startswith("twin:") for c in others)
+
+
+def test_a_coordinator_whose_sites_cannot_withdraw_a_copy_places_one_copy() -> None:
+    from inprocess import FixedCoordinator, ThreadSite
+
+    from federation.core.spec import load_sites
+    from federation.runtime.telemetry import Telemetry
+
+    class Uncancellable(ThreadSite):
+        can_cancel = False
+
+    backends = [Uncancellable(s) for s in load_sites(["local", "delta"])]
+    coord = FixedCoordinator(backends, telemetry=Telemetry(":memory:"))
+    try:
+        assert coord.learned is not None and not coord.learned.hedge
+        assert coord.learned.policy.watch is None and coord.learned.budget is None
+    finally:
+        coord.close()

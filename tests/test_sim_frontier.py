@@ -35,7 +35,7 @@ def _probe(shape: tuple[int, int, int], priority: int, run_s: float = 60.0) -> S
 def _busy_site(rng: random.Random) -> SimSite:
     site = SimSite(make_spec(nodes=8, cpus=4))
     jobs = []
-    for i in range(120):
+    for _ in range(120):
         wall = rng.choice([300, 900, 3_600, 14_400])
         jobs.append(
             SimJob(
@@ -68,9 +68,7 @@ def test_a_burst_resumes_and_every_answer_is_the_fresh_one(seed: int) -> None:
         asked = rng.sample(SHAPES, rng.choice([2, 3, 5]))
         probes = [_probe(s, 0) for s in asked]
         fr = site._frontiers.get("p")
-        if fr is not None and all(
-            (float(w), (nd, c, 0, 0)) in fr.shapes for nd, c, w in asked
-        ):
+        if fr is not None and all((float(w), (nd, c, 0, 0)) in fr.shapes for nd, c, w in asked):
             resumed += 1
         want = _fresh(site).what_if_many(probes)
         assert site.what_if_many(probes) == want, f"decision {n}"

@@ -14,14 +14,17 @@ learns from its own deployment, from the first task on:
   finished task, keyed by its workload (the task's label, else its code hash). A workload
   never seen yet is ranked by predicted start (runtime 0 everywhere, except the
   datasheet's speed ratios), which is what ``earliest-start`` does, on the twin's waits.
-* **Placement**: ``twin`` (the conservative quantile twin, one copy) by default; with
-  ``hedge=True``, ``twin-watch`` (sampled twins, a hedge budget of 1.2 copies per task). The
-  coordinator's ``auto`` uses one copy. Either way each candidate is also charged
-  :data:`BOUND_WEIGHT` of how far Slurm's own plan (every job to its limit) lies beyond the
-  twin's wait (:mod:`federation.placement.guard`, :func:`auto_policy`). A site whose queue
-  lists more than ``max_jobs`` (3,000) jobs is predicted from its snapshot alone (a twin
-  replays the whole queue: about 0.6 s per replay at 10,000 jobs, and ``twin-watch``
-  replays 16), which the candidate's ``why`` says.
+* **Placement**: the conservative quantile twin (one replay per partition and quantile, not
+  sampled twins) ranks the candidates; with ``hedge=True`` (a coordinator whose sites can
+  withdraw a queued copy) the ranking is ``twin-watch``'s: a hedge copy when the runner-up is
+  close or the wait uncertain, and one more copy for a task queued well past its
+  prediction, bought from a budget of 1.2 copies per task on average; with ``hedge=False``
+  (no site can withdraw one) one copy per task, as ``twin``. Either way each candidate is
+  also charged :data:`BOUND_WEIGHT` of how far Slurm's own plan (every job to its limit)
+  lies beyond the twin's wait (:mod:`federation.placement.guard`, :func:`auto_policy`). A
+  site whose queue lists more than ``max_jobs`` (3,000) jobs is predicted from its
+  snapshot alone (a twin replays the whole queue: about 0.6 s per replay at 10,000 jobs),
+  which the candidate's ``why`` says.
 
 Thread safety: the learned state is updated under a lock; the workload a decision is for is
 passed through a context variable (:meth:`workload`), so concurrent submissions do not mix.
@@ -87,7 +90,7 @@ class LearnedPlacement:
         *,
         hedge: bool,
         copies_per_task: float = 1.2,
-        samples: int = 16,
+        samples: int = 0,
         watch: Watch | None = None,
         max_jobs: int | None = 3000,
     ) -> None:
@@ -100,17 +103,17 @@ class LearnedPlacement:
         self.hedge = hedge
         # Slurm's own plan (every job to its limit): the second opinion the ranking charges
         plan = TwinPredictor(self.specs, UsageRatioModel(), max_jobs=max_jobs)
+        # the quantile twin (samples=0) by default, hedging or not: sampled twins cost a
+        # replay each per decision (16 by default in the replay's twin-watch)
+        predictor = TwinPredictor(self.specs, self.usage, samples=samples, max_jobs=max_jobs)
         if hedge:
-            predictor = TwinPredictor(self.specs, self.usage, samples=samples, max_jobs=max_jobs)
             self.budget: HedgeBudget | None = HedgeBudget(copies_per_task=copies_per_task)
             self.policy: Policy = auto_policy(
                 predictor, self._runtime, plan, hedge=True, watch=watch, budget=self.budget
             )
         else:
             self.budget = None
-            self.policy = auto_policy(
-                TwinPredictor(self.specs, self.usage, max_jobs=max_jobs), self._runtime, plan
-            )
+            self.policy = auto_policy(predictor, self._runtime, plan)
         self.policy.notes["auto"] = (
             f"auto: {'twin-watch' if hedge else 'twin'} charged for Slurm's plan "
             f"({'copies can be withdrawn' if hedge else 'one copy'})"

@@ -162,10 +162,12 @@ class Coordinator:
         self.learned: LearnedPlacement | None = None
         """The ``auto`` policy's learned predictors (None for a named policy)."""
         if policy == AUTO:
-            # one copy per task: copies on by default left queued jobs behind and lost a
-            # copy across a restart on the cloud path in the Slurm suite (issue 18 makes
-            # copies survive restarts); name twin-watch to hedge
-            self.learned = LearnedPlacement([b.spec for b in self.backends.values()], hedge=False)
+            # hedging within the budget where a copy can be withdrawn; the runtime ships
+            # one copy per task where none could be (Hedging.ship), as when the coordinator
+            # has no site that can withdraw one
+            specs = [b.spec for b in self.backends.values()]
+            hedge = any(b.can_cancel for b in self.backends.values())
+            self.learned = LearnedPlacement(specs, hedge=hedge)
             self.events.subscribe(self._learn_runtime)
         self.charge_late_copies = False
         """A watching policy's waits are charged :attr:`late_board` when set; ``auto``

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from federation.core.failures import classify
+
 
 def stream_lost(exc: BaseException) -> bool:
     """Whether ``exc`` is the SDK's own result stream dying, not the task failing."""
@@ -26,3 +28,9 @@ def first_line(exc: BaseException) -> str:
             return ln
     worded = [ln for ln in lines if any(c.isalnum() for c in ln)]  # not a '+++' banner
     return worded[0] if worded else type(exc).__name__
+
+
+def ran_own_code(exc: BaseException) -> bool:
+    """Whether ``exc`` is the task's own code raising at the site: the task ran (its start
+    is announced before its end; a copy that raised it won its race)."""
+    return remote(exc) and classify(first_line(exc), str(exc)).cls == "user_error"

@@ -21,7 +21,7 @@ from federation.core.failures import classify
 from federation.core.workspace import workspace_rel
 from federation.placement.lateness import QueuedCopy
 from federation.runtime.crashpoints import crash_point
-from federation.runtime.errortext import first_line, stream_lost
+from federation.runtime.errortext import first_line, ran_own_code, stream_lost
 from federation.runtime.handles import TaskCopy, TaskHandle
 from federation.runtime.rows import copy_fields, copy_row, task_row
 from federation.sites.backend import WithdrawsUnacknowledged
@@ -350,11 +350,13 @@ class Hedging:
                 return
             if c.state != "won" and (c.state != "queued" or handle.winner is not None):
                 return  # a cancelled, abandoned or failed copy: its end is not the task's
-            failed = c.state == "queued" and (fut.cancelled() or fut.exception() is not None)
+            exc = None if fut.cancelled() else fut.exception()
+            # the copy's own code raised: it ran, so it won (the task fails as it would alone)
+            broke = fut.cancelled() or (exc is not None and not ran_own_code(exc))
+            failed = c.state == "queued" and broke
             won_now = c.state == "queued" and not failed  # a result before any start report
             losers = self.take_win(handle, c) if won_now else []
         if failed:  # before any copy started: this copy leaves the race
-            exc = None if fut.cancelled() else fut.exception()
             lost = exc is not None and stream_lost(exc)
             if lost and exc is not None and self._reattach(handle, c, exc):
                 return  # the copy still races: its result is fetched again
