@@ -9,6 +9,9 @@ snapshot, its twins per site):
 
 * **first decision on a new snapshot** (every site's twin built), at 4 sites x 1,000 queued
   jobs and at 100 sites x 10,000 (targets: 50 ms and 500 ms);
+* ``auto`` as a new deployment runs it (no finished job seen: one twin per partition) and
+  ``auto (learned)`` after 200 finished jobs per site (two quantile twins per partition);
+  both hedge, as a coordinator whose sites can withdraw a copy does;
 * **a burst placed from one snapshot**: each decision sees the ones before it as pending
   jobs of ours (:func:`~federation.placement.overlay.with_own_jobs`, as
   ``Coordinator.submit_task`` does), alternating a CPU and a GPU envelope; decisions per
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -42,9 +46,15 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def _policy(name: str, specs: Any, snap: Any) -> Any:
-    if name == "auto":
-        learned = LearnedPlacement(specs, hedge=False)
+    if name.startswith("auto"):
+        learned = LearnedPlacement(specs, hedge=True)  # the default where copies can go
         learned.look(snap)
+        if name == "auto (learned)":  # 200 finished jobs seen per site: two quantile twins
+            rng = random.Random(1)
+            for site in snap.sites:
+                for j in site.jobs[:200]:
+                    limit = float(j.time_limit_s or 3600)
+                    learned.usage.observe(site.site, limit, limit * rng.random(), j.partition)
         return learned.policy
     return name
 
@@ -63,7 +73,7 @@ def burst(name: str, n_sites: int, jobs: int, n: int) -> dict[str, float]:
         t0 = time.perf_counter()
         d = place(env, specs, seen, policy=policy, now=at)
         times.append(time.perf_counter() - t0)
-        shipped.append((d.chosen.shape, at))
+        shipped += [(c.shape, at) for c in (d.chosen, *d.hedges)]  # as a coordinator notes
     rest = times[1:]
     return {
         "first_s": times[0],
@@ -84,7 +94,11 @@ def main() -> None:
     cases = [(4, 1_000, int(n)) for n in args.bursts.split(",")] + [(100, 10_000, 3)]
     out: list[dict[str, Any]] = []
     for n_sites, jobs, n in cases:
-        runs: dict[str, list[dict[str, float]]] = {"auto": [], "earliest-start": []}
+        runs: dict[str, list[dict[str, float]]] = {
+            "auto": [],
+            "auto (learned)": [],
+            "earliest-start": [],
+        }
         for _ in range(args.rounds):
             for name in runs:
                 runs[name].append(burst(name, n_sites, jobs, n))
@@ -97,7 +111,7 @@ def main() -> None:
     for col in ("sites x jobs", "burst", "policy", "first decision", "then", "median", "p95"):
         table.add_column(col)
     for row in out:
-        for name in ("auto", "earliest-start"):
+        for name in runs:
             table.add_row(
                 f"{row['sites']} x {row['jobs_per_site']:,}",
                 str(row["burst"]),
