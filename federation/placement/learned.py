@@ -101,11 +101,13 @@ class LearnedPlacement:
         self._running: dict[str, dict[str, tuple[datetime, float, str | None]]] = {}
         self._last_look: dict[str, datetime] = {}
         self.hedge = hedge
-        # Slurm's own plan (every job to its limit): the second opinion the ranking charges
-        plan = TwinPredictor(self.specs, UsageRatioModel(), max_jobs=max_jobs)
         # the quantile twin (samples=0) by default, hedging or not: sampled twins cost a
         # replay each per decision (16 by default in the replay's twin-watch)
         predictor = TwinPredictor(self.specs, self.usage, samples=samples, max_jobs=max_jobs)
+        # Slurm's own plan (every job to its limit): the second opinion the ranking charges
+        plan = TwinPredictor(
+            self.specs, UsageRatioModel(), max_jobs=max_jobs, orders_from=predictor
+        )
         if hedge:
             self.budget: HedgeBudget | None = HedgeBudget(copies_per_task=copies_per_task)
             self.policy: Policy = auto_policy(

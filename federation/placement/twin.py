@@ -70,6 +70,7 @@ class TwinPredictor:
         start_delay_s: float = 0.0,
         samples: int = 0,
         max_jobs: int | None = None,
+        orders_from: TwinPredictor | None = None,
     ) -> None:
         self.max_jobs = max_jobs
         """A site whose snapshot lists more jobs is predicted from the snapshot alone (a
@@ -82,8 +83,10 @@ class TwinPredictor:
         self._cache: OrderedDict[_TwinKey, SimSite] = OrderedDict()
         self._waits: dict[_WaitKey, float] = {}
         self._orders: OrderedDict[tuple[str, datetime, int, datetime], dict[str, _Order]] = (
-            OrderedDict()
+            OrderedDict() if orders_from is None else orders_from._orders
         )
+        """Each snapshot's queue in the scheduler's order (shared with ``orders_from``: a
+        predictor asked about the same snapshots sorts each queue once for both)."""
 
     def twin(self, site: SiteSnapshot, now: datetime, q: float, partition: str) -> SimSite:
         """The twin of ``partition`` with every job at usage quantile ``q`` (``q < 0``:

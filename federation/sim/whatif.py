@@ -32,22 +32,36 @@ def shape_key(job: SimJob) -> ShapeKey:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frontier:
     """How far what-ifs have played a partition forward and what they proved on the way.
 
-    ``part`` is the partition just before its next event (a light copy, never changed: copy
-    it to play on). A what-if candidate of any shape in ``shapes``, queued behind every job
-    at ``now_s``, neither starts nor reaches the head of the queue before then, so it takes
-    nothing and changes nothing until then: a what-if for those shapes may resume here, and
-    a job of such a shape queued behind every other at ``now_s`` may be added here.
-    ``seq``: the site's submission count it holds for (anything else submitted: stale).
+    :attr:`part` is the partition just before the first of its events at or after
+    ``until_s`` (a light copy, never changed: copy it to play on), played from ``src`` (an
+    earlier state of the same future) when first asked for: a single decision pays nothing
+    for it, a burst's next decision plays it once. A what-if candidate of any shape in
+    ``shapes``, queued behind every job at ``now_s``, neither starts nor reaches the head of
+    the queue before ``until_s``, so it takes nothing and changes nothing until then: a
+    what-if for those shapes may resume there, and a job of such a shape queued behind
+    every other at ``now_s`` may be added there. ``seq``: the site's submission count it
+    holds for (anything else submitted: stale).
     """
 
-    part: _Part
+    src: _Part
+    until_s: float
     shapes: frozenset[ShapeKey]
     now_s: float
     seq: int
+    played: _Part | None = None
+
+    @property
+    def part(self) -> _Part:
+        if self.played is None:
+            fr = self.src.clone(light=True)
+            while (t := fr.next_event()) < self.until_s:
+                fr.step(t)
+            self.played = self.src = fr
+        return self.played
 
     def with_queued(self, qs: Sequence[_Q], last: _Q | None, seq: int) -> Frontier | None:
         """This frontier with ``qs`` (queued now, behind ``last``, the last job queued at the
@@ -63,7 +77,7 @@ class Frontier:
             part.schedule()
         if any(q.job_id in part.running for q in qs):  # pragma: no cover - proven not to
             return None
-        return Frontier(part, self.shapes, self.now_s, seq)
+        return Frontier(part, self.until_s, self.shapes, self.now_s, seq, part)
 
 
 def _end_of(part: _Part, job: SimJob, start: float) -> float:
@@ -177,10 +191,9 @@ def _advance(
     partition's own future (from ``old`` if it is not past that, else from now) played to
     just before then, proven for the shapes just asked. ``old`` is kept if that is no
     further."""
-    src = old.part if old is not None and old.part.next_event() <= until_s else part
+    src = old.src if old is not None and old.until_s <= until_s else part
     if src.next_event() >= until_s:
         return old if src is not part else None
-    fr = src.clone(light=True)
-    while (t := fr.next_event()) < until_s:
-        fr.step(t)
-    return Frontier(fr, frozenset(keys), part.now, seq)
+    if src is part:  # the site's own partition changes later: start from a copy of it now
+        src = part.clone(light=True)
+    return Frontier(src, until_s, frozenset(keys), part.now, seq)
