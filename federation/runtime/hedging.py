@@ -132,15 +132,22 @@ class Hedging:
             ],
         }
         self.life.queue(handle, detail, persist, register)
-        errors = [e for c in copies if (e := self.send_copy(handle, task, c)) is not None]
-        if len(errors) == len(copies):
-            message = "submission of every copy failed: " + "; ".join(errors)
-            raise FederationError(message)
+        crash_point("recorded")
+        failed = [(c, e) for c in copies if (e := self.send_copy(handle, task, c)) is not None]
+        if len(failed) == len(copies):
+            if len(copies) == 1:  # watched, not hedged: refused as a task placed once is
+                raise FederationError(f"submission to {shape.site} failed: {failed[0][1]}") from (
+                    failed[0][1]
+                )
+            message = "submission of every copy failed: " + "; ".join(
+                f"{c.candidate.shape.describe()}: {e}" for c, e in failed
+            )
+            raise FederationError(message) from failed[-1][1]
         if watching is not None:
             self.arm_rejudge(handle, watching)
         return handle
 
-    def send_copy(self, handle: TaskHandle, task: TaskSpec, c: TaskCopy) -> str | None:
+    def send_copy(self, handle: TaskHandle, task: TaskSpec, c: TaskCopy) -> Exception | None:
         """Ship one copy to its site; the error, if its submission failed."""
         with self.reg.lock:
             if not c.queued:  # another copy won before this one was sent
@@ -160,7 +167,7 @@ class Hedging:
                 self.cancel_copy(handle, c)
             else:
                 self.copy_failed(handle, c, f"submission to {c.site} failed: {e}", e)
-            return f"{c.candidate.shape.describe()}: {e}"
+            return e
         with self.reg.lock:
             c.future = fut
             c._sending = False
@@ -311,7 +318,9 @@ class Hedging:
         )
         error = self.send_copy(h, h.task, c)
         if error is not None:
-            h.notes.append(f"added copy could not be shipped: {error}")
+            h.notes.append(
+                f"added copy could not be shipped: {c.candidate.shape.describe()}: {error}"
+            )
 
     # --- the race -----------------------------------------------------------------------------
     def copy_failed(
@@ -331,12 +340,14 @@ class Hedging:
             return
         failed = [x for x in handle.copies if x.state == "failed"]
         text = "; ".join(f"{x.site}/{x.partition}: {x.error}" for x in failed)
+        # a task watched but never hedged fails as a task placed once does
+        summary = message if len(handle.copies) == 1 else f"every copy failed: {text}"
         traceback = str(exc) if exc is not None else ""
         failure = classify(message, traceback)
         if exc is not None and failure.retryable and handle.task is not None:
-            self.retries.retry_off_thread(handle, failure, f"every copy failed: {text}", traceback)
+            self.retries.retry_off_thread(handle, failure, summary, traceback)
             return
-        self.life.fail(handle, f"every copy failed: {text}", traceback, failure=failure.cls)
+        self.life.fail(handle, summary, traceback, failure=failure.cls)
 
     def on_copy_done(self, handle: TaskHandle, c: TaskCopy, fut: Future[Any]) -> None:
         """A copy's future resolved: settle the task (winner), leave the race, or ignore."""

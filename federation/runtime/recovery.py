@@ -201,7 +201,8 @@ class Recovery:
             live = [c for c in h.copies if c.state == "queued"]
             if not live:
                 text = "; ".join(f"{c.site}/{c.partition}: {c.error}" for c in h.copies)
-                self.life.fail(h, f"every copy failed: {text}", "")
+                one = len(h.copies) == 1 and h.copies[0].error
+                self.life.fail(h, one or f"every copy failed: {text}", "")
                 continue
             with self.reg.lock:
                 self.reg.hedged[h.id] = h
@@ -217,8 +218,10 @@ class Recovery:
                     self.hedging.arm_rejudge(h, watching)
         for h, c in resend:
             h.notes.append(
-                f"copy {c.index} on {c.site} never reached its site before the coordinator "
-                "stopped: sent again"
+                f"never reached {c.site} before the coordinator stopped: shipped again"
+                if len(h.copies) == 1  # watched, not hedged: told as a task placed once
+                else f"copy {c.index} on {c.site} never reached its site before the "
+                "coordinator stopped: sent again"
             )
             self.hedging.send_copy(h, h.task, c)
 
@@ -237,6 +240,8 @@ class Recovery:
             caller = row.get("owner") or ""
             attempt = len(json.loads(row.get("attempts") or "[]"))
             copies = copy_rows.get(row["id"], [])
+            if attempt:  # a retry after the race runs as one task (as recover() reads it)
+                copies = []
             for c in copies:
                 if c["state"] == "queued" and not c["compute_task_id"]:
                     pending[(row["id"], c["idx"])] = c.get("ship_state")
