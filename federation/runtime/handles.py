@@ -198,6 +198,12 @@ class TaskHandle:
     placement (``decision.chosen``, ``future``) and the others are cancelled."""
 
     @property
+    def single(self) -> bool:
+        """Shipped as one copy (watched, never hedged): it is told, failed and recovered as a
+        task placed once is, in the single path's words."""
+        return len(self.copies) == 1
+
+    @property
     def winner(self) -> TaskCopy | None:
         """The hedged copy that started first (None: not hedged, or none started yet)."""
         return next((c for c in self.copies if c.state == "won"), None)

@@ -135,7 +135,7 @@ class Hedging:
         crash_point("recorded")
         failed = [(c, e) for c in copies if (e := self.send_copy(handle, task, c)) is not None]
         if len(failed) == len(copies):
-            if len(copies) == 1:  # watched, not hedged: refused as a task placed once is
+            if handle.single:  # refused as a task placed once is
                 raise FederationError(f"submission to {shape.site} failed: {failed[0][1]}") from (
                     failed[0][1]
                 )
@@ -340,8 +340,7 @@ class Hedging:
             return
         failed = [x for x in handle.copies if x.state == "failed"]
         text = "; ".join(f"{x.site}/{x.partition}: {x.error}" for x in failed)
-        # a task watched but never hedged fails as a task placed once does
-        summary = message if len(handle.copies) == 1 else f"every copy failed: {text}"
+        summary = message if handle.single else f"every copy failed: {text}"
         traceback = str(exc) if exc is not None else ""
         failure = classify(message, traceback)
         if exc is not None and failure.retryable and handle.task is not None:

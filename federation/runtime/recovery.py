@@ -201,7 +201,7 @@ class Recovery:
             live = [c for c in h.copies if c.state == "queued"]
             if not live:
                 text = "; ".join(f"{c.site}/{c.partition}: {c.error}" for c in h.copies)
-                one = len(h.copies) == 1 and h.copies[0].error
+                one = h.copies[0].error if h.single else None
                 self.life.fail(h, one or f"every copy failed: {text}", "")
                 continue
             with self.reg.lock:
@@ -219,7 +219,7 @@ class Recovery:
         for h, c in resend:
             h.notes.append(
                 f"never reached {c.site} before the coordinator stopped: shipped again"
-                if len(h.copies) == 1  # watched, not hedged: told as a task placed once
+                if h.single
                 else f"copy {c.index} on {c.site} never reached its site before the "
                 "coordinator stopped: sent again"
             )
