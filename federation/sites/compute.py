@@ -24,6 +24,7 @@ from federation.core.spec import SiteSpec
 from federation.core.tasks import PythonTask, ShellTask, TaskSpec
 from federation.sites import jobtags
 from federation.sites.jobwatch import StartListener, TaggedJobs
+from federation.sites.registration import registrar_for
 from federation.sites.shipping import code_payload, executor_serializer
 from federation.sites.user_config import shape_to_user_config
 from functions.jobs import claim_then_run
@@ -50,6 +51,24 @@ class _ThrottleAsInfo(logging.Filter):
 
 
 logging.getLogger("globus_compute_sdk.sdk.executor").addFilter(_ThrottleAsInfo())
+
+DEFAULT_SNIPPET_LINES = ShellTask(command=":").snippet_lines
+JOBS_FUNCTION = ShellFunction("{command}", name="federation_jobs")
+"""Runs a shell command on a site's login node (claims, starts): one for every site."""
+_SHELL_FUNCTIONS: dict[int, ShellFunction] = {}
+_SHELL_LOCK = threading.Lock()
+
+
+def shell_function(snippet_lines: int) -> ShellFunction:
+    """The one shell function per snippet length, shared by every site (the command is its
+    argument), so a client registers it once for all of them."""
+    with _SHELL_LOCK:
+        fn = _SHELL_FUNCTIONS.get(snippet_lines)
+        if fn is None:
+            fn = ShellFunction("{command}", snippet_lines=snippet_lines, name="federation_shell")
+            _SHELL_FUNCTIONS[snippet_lines] = fn
+        return fn
+
 
 _RELOADED: dict[str, weakref.WeakValueDictionary[str, Future[Any]]] = {}
 """Per task group, the futures any site's reload made (see :meth:`ComputeSite.reattach`)."""
@@ -135,13 +154,8 @@ class ComputeSite:
         self._reloaders: list[Executor] = []
         """Executors that reloaded tasks after a restart (their watchers serve those futures)."""
         self._lock = threading.Lock()
-        self._shell_functions: dict[int, ShellFunction] = {}
-        self._register_lock = threading.Lock()
-        self._function_ids: dict[int, tuple[Any, str]] = {}
-        """Functions registered through this site, by id(), with their function id."""
-        self._registered: dict[int, set[int]] = {}
-        """Per executor (by id()), the functions it knows the id of."""
-        self._jobs_function = ShellFunction("{command}", name="federation_jobs")
+        self._registrar = registrar_for(client)
+        """Function ids, shared by every site on this client (:mod:`.registration`)."""
         self.jobs: TaggedJobs | None = (
             None
             if job_check_s is None
@@ -237,10 +251,8 @@ class ComputeSite:
     def _run_shell(self, command: str) -> Future[Any]:
         """Run ``command`` on the site's login node (the endpoint's probe profile), through
         one function registered once (the command is its argument)."""
-        fut: Future[Any] = self.executor({"profile": "probe"}).submit(
-            self._jobs_function, command=command
-        )
-        return fut
+        ex = self.executor({"profile": "probe"})
+        return self._registrar.submit(ex, JOBS_FUNCTION, (), {"command": command})
 
     def on_started(self, listener: StartListener) -> None:
         """Call ``listener(task_id, slurm_job_id)`` when a task's claim shows it started."""
@@ -277,7 +289,7 @@ class ComputeSite:
             command = task.command if tag is None else jobtags.guarded_command(task.command, tag)
             # one function object per site and snippet length: registered once per
             # executor, never per task (the command is its argument)
-            fn = self._shell_function(task.snippet_lines)
+            fn = shell_function(task.snippet_lines)
             kwargs = {"command": command}
         elif isinstance(task, PythonTask) and tag is None:
             fn, args, kwargs = task.fn, tuple(task.args), dict(task.kwargs)
@@ -286,34 +298,16 @@ class ComputeSite:
             args = (jobtags.claim_path(tag), code_payload(task.fn), tuple(task.args), task.kwargs)
         else:  # pragma: no cover - TaskSpec is closed
             raise TypeError(f"not a task: {task!r}")
-        self._register_once(ex, fn)
-        fut: Future[Any] = ex.submit(fn, *args, **kwargs)
-        return fut
+        return self._registrar.submit(ex, fn, args, kwargs)  # never waits on a registration
 
-    def _register_once(self, ex: Executor, fn: Any) -> None:
-        """Register ``fn`` with the service once per site, not once per executor (shape): a
-        later executor is told the id (``Executor.register_function(function_id=...)``),
-        so K shapes cost one registration request, not K."""
-        with self._register_lock:
-            done = self._registered.setdefault(id(ex), set())
-            if id(fn) in done:
-                return
-            known = self._function_ids.get(id(fn))
-            if known is not None:
-                ex.register_function(fn, function_id=known[1])
-            else:  # the function is kept with its id, so its id() is never reused meanwhile
-                self._function_ids[id(fn)] = (fn, ex.register_function(fn))
-            done.add(id(fn))
-
-    def _shell_function(self, snippet_lines: int) -> ShellFunction:
-        with self._lock:
-            fn = self._shell_functions.get(snippet_lines)
-            if fn is None:
-                fn = ShellFunction(
-                    "{command}", snippet_lines=snippet_lines, name="federation_shell"
-                )
-                self._shell_functions[snippet_lines] = fn
-            return fn
+    def warm(self) -> None:
+        """Register, in the background, the functions every task here uses (shell commands,
+        claims, job looks), so the first task does not wait for a registration request."""
+        ex = self.executor({"profile": "probe"})
+        fns: list[Any] = [shell_function(DEFAULT_SNIPPET_LINES), JOBS_FUNCTION]
+        if self.jobs is not None:
+            fns.append(claim_then_run)
+        self._registrar.warm(ex, fns)
 
     def reattach(self, task_ids: list[str]) -> dict[str, Future[Any]]:
         """Reload this site's tasks from the task group (``Executor.reload_tasks``).
