@@ -154,3 +154,22 @@ def inprocess_coordinator(
     for b in backends:
         b.coord = coord
     return coord
+
+
+class BlockSite(ThreadSite):
+    """A :class:`ThreadSite` that says it runs a shape's tasks on blocks of their own, as a
+    Globus Compute endpoint does (``shape_config``: one config per shape), so that the
+    coordinator charges its cold blocks (:mod:`federation.runtime.warmth`); its tasks still
+    start at once, on threads."""
+
+    def shape_config(self, shape: Shape) -> dict[str, Any]:
+        return {"partition": shape.partition, "cpus": shape.cpus, "walltime": shape.walltime_s}
+
+
+def block_coordinator(sites: tuple[str, ...] = ("local", "delta")) -> FixedCoordinator:
+    """:func:`inprocess_coordinator` over :class:`BlockSite` sites."""
+    backends = [BlockSite(s) for s in load_sites(list(sites))]
+    coord = FixedCoordinator(backends, telemetry=Telemetry(":memory:"))
+    for b in backends:
+        b.coord = coord
+    return coord

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from inprocess import inprocess_coordinator
+from inprocess import block_coordinator, inprocess_coordinator
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import NoFeasibleSiteError, TaskFailedError
@@ -75,6 +75,38 @@ def test_map_and_as_completed(ex: FederatedExecutor) -> None:
     futs = [ex.submit(square, i) for i in range(3)]
     got = sorted(f.result() for f in concurrent.futures.as_completed(futs, timeout=20))
     assert got == [0, 1, 4]
+
+
+def test_map_places_its_calls_as_one_batch_on_one_snapshot_and_one_shape() -> None:
+    coord = block_coordinator()  # sites that start a block per shape, as endpoints do
+    try:
+        with FederatedExecutor(coord, snapshot_max_age_s=0) as ex:  # submit: a probe a call
+            assert list(ex.map(square, range(40))) == [i * i for i in range(40)]
+            batch = [f.decision for f in ex.futures]
+            one_by_one = [ex.submit(square, i).decision for i in range(3)]
+        assert len({d.snapshot_taken_at for d in batch}) == 1  # one snapshot for the map
+        assert len({d.snapshot_taken_at for d in one_by_one}) == 3
+        assert len({d.chosen.shape for d in batch}) == 1  # its first call's block, warm
+        assert batch[0].chosen.cold_start_s > 0
+        assert all("warm block: ours" in d.chosen.why for d in batch[1:])
+    finally:
+        coord.close()
+
+
+def test_map_timeout_cancels_the_calls_not_yet_done() -> None:
+    gate = threading.Event()  # the sites start nothing until it is set
+    coord = inprocess_coordinator(gate=gate)
+    ex = FederatedExecutor(coord)
+    try:
+        results = ex.map(square, range(4), timeout=0.5)
+        with pytest.raises(TimeoutError):
+            next(results)
+        futs = ex.futures
+        assert len(futs) == 4 and all(f.cancelled() for f in futs)
+    finally:
+        gate.set()
+        ex.shutdown(wait=True)
+        coord.close()
 
 
 def test_envelope_is_drafted_from_docstring_or_hints(ex: FederatedExecutor) -> None:
@@ -184,6 +216,31 @@ def test_submit_returns_before_placement_and_cancel_while_placing() -> None:
         release.set()
         ex.shutdown(wait=True)
         coord.close()
+
+
+@pytest.mark.slurm
+def test_a_map_of_tiny_calls_lands_on_few_sites_of_the_real_federation(
+    local_federation: Any,
+) -> None:
+    """Issue 33: a map of tiny calls, cold, on every local site, placed as a batch: the
+    cold-start charge keeps it where its first block is (200 calls went to 5 sites)."""
+    from federation.deploy.local import LocalSites
+    from functions import workloads
+
+    local = LocalSites(home=local_federation.home)
+    local.up()
+    coord = local.connect(telemetry=False, probe_timeout_s=120)
+    try:
+        with FederatedExecutor(coord) as ex:
+            results = list(ex.map(workloads.square, range(40), timeout=540))
+            sites = {f.placement.site for f in ex.futures}
+            shapes = {f.decision.chosen.shape for f in ex.futures}
+        assert results == [i * i for i in range(40)]
+        assert len(sites) <= 2, sites
+        assert len(shapes) <= 2, shapes
+    finally:
+        coord.close()
+        local.close()
 
 
 @pytest.mark.slurm

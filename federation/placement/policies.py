@@ -32,7 +32,7 @@ functions, and ranks. Every decision records all candidates and every rejection.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -51,6 +51,7 @@ from federation.placement.candidates import (
     no_feasible,
     snapshot_wait,
 )
+from federation.placement.coldstart import ColdStart
 from federation.placement.guard import WaitBound, bounded_key
 
 SortKey = Callable[[Candidate], tuple[float, ...]]
@@ -123,6 +124,9 @@ class Policy:
     """Copies beyond the first are bought from this budget (None: every rule-made copy)."""
     bound: WaitBound | None = None
     """A second opinion on each candidate's wait (Slurm's plan), for the ranking to charge."""
+    cold_start: ColdStart | None = None
+    """Charges a cold block's start-up where no block of the shape is warm, and waits a
+    warm one on its block (:mod:`federation.placement.coldstart`; a coordinator's only)."""
 
     def decide(
         self,
@@ -146,6 +150,8 @@ class Policy:
         if self.bound is not None and cands:
             self.bound.prepare(envelope, sites, snapshot, now, self.ladder)
             cands = self.bound.apply(cands, snapshot, now)
+        if self.cold_start is not None and cands:
+            cands = self.cold_start.apply(cands, sites, snapshot, now)
         if self.only_site is not None:
             rejected += [
                 Rejection(
@@ -415,6 +421,14 @@ _SNAPSHOT_PREDICTED: dict[str, Callable[[], Policy]] = {
 snapshot alone (:func:`~federation.placement.candidates.snapshot_wait`, a point estimate, so a hedge
 is placed when the runner-up site is close), no runtime model. A coordinator with learned
 predictors passes the :class:`Policy` itself (``twin_hedge(TwinPredictor(...), runtime)``)."""
+
+
+def with_cold_start(policy: Policy, step: ColdStart) -> Policy:
+    """``policy`` with its candidates charged a cold block's start-up, and warm ones waited
+    on their block, by ``step`` (:mod:`federation.placement.coldstart`)."""
+    if policy.cold_start is step:
+        return policy
+    return replace(policy, cold_start=step)
 
 
 def get_policy(name: str | Policy) -> Policy:

@@ -30,7 +30,7 @@ from federation.placement.drafting import EnvelopeDraft, TaskHints, draft_envelo
 from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.overlay import with_own_jobs
-from federation.placement.policies import Policy, get_policy
+from federation.placement.policies import Policy, get_policy, with_cold_start
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.handles import TaskHandle, TaskResult
@@ -50,6 +50,7 @@ from federation.runtime.shipping import Shipping
 from federation.runtime.staging import Staging
 from federation.runtime.store import Store
 from federation.runtime.telemetry import Telemetry
+from federation.runtime.warmth import warmth_of
 from federation.security import LOCAL_CALLER, HeldTask, HeldTasks, PolicyGate
 from federation.sites.backend import SiteBackend
 
@@ -300,6 +301,7 @@ class Coordinator:
         """The configured policy (a watching one charged :attr:`late_board` if asked)."""
         auto = self.learned is not None and isinstance(self.policy, str) and self.policy == AUTO
         pol = self.learned.policy if auto and self.learned is not None else get_policy(self.policy)
+        pol = with_cold_start(pol, warmth_of(self).step)  # cold blocks charged (runtime.warmth)
         if auto or (self.charge_late_copies and pol.watch is not None):
             return with_late_board(pol, self.late_board)
         return pol

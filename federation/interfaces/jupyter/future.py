@@ -104,7 +104,7 @@ class TaskFuture(Future[Any]):
         for deliver in list(self._event_callbacks):  # before the future settles
             deliver(ev)
         if ev.kind == "task.started":
-            if not self.done():
+            if not self.done() and not self.running():  # a retry starts a second time
                 self.set_running_or_notify_cancel()
         elif ev.kind in ("task.completed", "task.failed"):
             self._settle()

@@ -1,0 +1,311 @@
+"""A cold block's start-up, charged where no block of the shape is warm.
+
+Tasks of one shape share one ``user_endpoint_config`` at a site, hence one user endpoint
+process and its blocks (``ComputeSite.shape_config``). A block is one Slurm job running one
+worker pool: the shape's engine asks for blocks as its tasks arrive (up to the partition's
+``max_blocks``), and a block stays up for the endpoint's idle time after its last task
+(``max_idletime``: ``FEDERATION_MAX_IDLETIME_S``, 5 s by default,
+``federation/templates/endpoint``). So a task placed on a shape whose block this
+coordinator already has up, or starting, runs on it as soon as a worker is free, while a
+task placed anywhere else waits for a new block: its batch job submitted and started, then
+its worker pool started (the Slurm queue wait is predicted apart, as before). Without the
+charge every idle site looked the same to a tiny task, and a map of 200 of them spread over
+five sites, each paying its block start-ups (131.7 s to the last result, issue 33).
+
+* :class:`WarmBlocks`: the shapes this coordinator's own tasks keep warm (fed by the
+  runtime from its task events: shipped, started, ended). A shape is *starting* from its
+  first task's shipment until one of its tasks starts, *up* from then while any task of it
+  is open and for the idle time after the last one ends, and cold otherwise.
+* :class:`ColdStarts`: each site's cold-start figure: the median of the latest start-ups
+  measured there (from a task's shipment to its start, for a task that opened a cold
+  shape, less its predicted queue wait), else :data:`DEFAULT_COLD_START_S`.
+* :class:`ColdStart`: the placement step (``Policy.cold_start``, given by
+  :func:`~federation.placement.policies.with_cold_start`): a cold candidate's predicted
+  wait (and its Slurm-plan bound) is charged its site's figure (``Candidate.cold_start_s``
+  says how much of the wait that is; its ``why`` says ``cold start +N s``): the wait is
+  the time from shipping to the task's start, as the runtime measures it (queued past
+  prediction, overdue). A warm one waits for its block instead of a new Slurm job
+  (``why``: ``warm block ...``): until the starting block is predicted up (or its queue
+  wait, if longer), then behind the tasks of ours already on it.
+
+Only a coordinator's placements are charged (``Coordinator._placer``); the replay's
+simulated sites have no endpoints (every copy is its own job there), so its policies are
+never given the step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from federation.core.envelope import Shape
+from federation.core.snapshot import FederationSnapshot
+from federation.core.spec import SiteSpec
+from federation.placement.candidates import Candidate
+
+__all__ = [
+    "DEFAULT_BLOCK_IDLE_S",
+    "DEFAULT_COLD_START_S",
+    "BlockState",
+    "ColdStart",
+    "ColdStarts",
+    "WarmBlocks",
+]
+
+DEFAULT_COLD_START_S = 20.0
+"""A site's cold start before any is measured there: the user endpoint process of a new
+shape, the block's batch job submitted (the engine's strategy period, ``sbatch``) and its
+worker pool started (a Python manager and worker importing the endpoint's packages). Measured
+on the local federation (2 cores): 4-8 s for one block, 20-30 s when 16 pools start at once
+(docs/performance.md); on a real site a node's prolog and a shared file system's imports add
+to it."""
+DEFAULT_BLOCK_IDLE_S = 5.0
+"""How long a block stays up after its last task (the endpoint template's default
+``max_idletime``, ``FEDERATION_MAX_IDLETIME_S``)."""
+DEFAULT_MAX_BLOCKS = 32
+"""Blocks one shape may grow to where the partition publishes no per-user job limit (as the
+endpoint template renders it: ``federation.sites.endpoint_config.max_blocks``)."""
+KEEP_MEASURED = 20
+"""How many of a site's latest measured cold starts its figure is the median of."""
+
+
+@dataclass(frozen=True)
+class BlockState:
+    """A warm shape as a decision reads it."""
+
+    up: bool
+    """A block is up (a task of the shape started); else one is starting."""
+    ready_in_s: float
+    """When the starting block is predicted up, from now (0 once up)."""
+    open_tasks: int
+    """Tasks of ours shipped to the shape and not ended."""
+
+
+@dataclass
+class _Blocks:
+    """One shape's blocks as the coordinator's own tasks show them."""
+
+    opened_at: datetime
+    ready_at: datetime
+    open: set[str] = field(default_factory=set)
+    up: bool = False
+    last_at: datetime | None = None
+    """The latest shipment, start or end of a task of the shape."""
+    idle_since: datetime | None = None
+    opener: str | None = None
+    """The task whose shipment opened the shape cold (its start measures the cold start)."""
+    opener_wait_s: float = 0.0
+    """Its predicted queue wait and stage-in (taken off the measured start)."""
+
+
+class WarmBlocks:
+    """The shapes this coordinator's tasks keep warm (thread-safe).
+
+    Fed with each task's shipment (:meth:`opened`), start (:meth:`started`) and end
+    (:meth:`closed`) by a key (the task id); read by :meth:`state`.
+    """
+
+    def __init__(self, idle_s: float = DEFAULT_BLOCK_IDLE_S) -> None:
+        if idle_s < 0:
+            raise ValueError(f"idle_s must be >= 0, got {idle_s}")
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._blocks: dict[Shape, _Blocks] = {}
+        self._by_key: dict[str, set[Shape]] = {}
+
+    def opened(
+        self,
+        key: str,
+        shape: Shape,
+        at: datetime,
+        *,
+        ready_in_s: float,
+        cold: bool,
+        wait_s: float = 0.0,
+    ) -> None:
+        """Task ``key`` was shipped to ``shape`` at ``at``: predicted to start in
+        ``ready_in_s``; ``cold``: it was placed there as a cold shape (``wait_s``: its
+        predicted queue wait and stage-in, the rest of its start is the cold start)."""
+        with self._lock:
+            b = self._blocks.get(shape)
+            if b is None or not self._alive(b, shape, at):
+                b = _Blocks(opened_at=at, ready_at=at + timedelta(seconds=max(0.0, ready_in_s)))
+                self._blocks[shape] = b
+                if cold:
+                    b.opener, b.opener_wait_s = key, max(0.0, wait_s)
+            b.open.add(key)
+            b.idle_since = None
+            b.last_at = at
+            self._by_key.setdefault(key, set()).add(shape)
+
+    def started(self, key: str, site: str, at: datetime) -> float | None:
+        """Task ``key`` started at ``site``: a block of its shape there is up. Returns the
+        cold start it measured (its shipment to its start, less its predicted wait) when it
+        had opened that shape cold, else None."""
+        measured = None
+        with self._lock:
+            for shape in self._by_key.get(key, ()):
+                b = self._blocks.get(shape)
+                if shape.site != site or b is None or key not in b.open:
+                    continue
+                b.up = True
+                b.last_at = at
+                if b.opener == key:
+                    b.opener = None
+                    measured = max(0.0, (at - b.opened_at).total_seconds() - b.opener_wait_s)
+        return measured
+
+    def closed(self, key: str, at: datetime) -> None:
+        """Task ``key`` ended (every shape it was shipped to): the last open task of an up
+        shape leaves its block idle; a shape that never came up is forgotten (nothing of
+        ours waits for its block any more)."""
+        with self._lock:
+            for shape in self._by_key.pop(key, ()):
+                b = self._blocks.get(shape)
+                if b is None:
+                    continue
+                b.open.discard(key)
+                if b.opener == key:
+                    b.opener = None
+                if b.open:
+                    continue
+                if b.up:
+                    b.idle_since = b.last_at = at
+                else:
+                    del self._blocks[shape]
+
+    def state(self, shape: Shape, now: datetime) -> BlockState | None:
+        """The shape's blocks now, or None when it is cold."""
+        with self._lock:
+            b = self._blocks.get(shape)
+            if b is None:
+                return None
+            if not self._alive(b, shape, now):
+                del self._blocks[shape]
+                return None
+            ready = 0.0 if b.up else max(0.0, (b.ready_at - now).total_seconds())
+            return BlockState(up=b.up, ready_in_s=ready, open_tasks=len(b.open))
+
+    def _alive(self, b: _Blocks, shape: Shape, now: datetime) -> bool:
+        if not b.open:  # idle: up for the idle time after its last task
+            return b.idle_since is not None and (now - b.idle_since).total_seconds() <= self.idle_s
+        # open tasks: a block never outlives its walltime, so tasks of ours that have shown
+        # nothing for longer are ones whose end was never heard of
+        quiet_s = (now - (b.last_at or b.opened_at)).total_seconds()
+        return quiet_s <= shape.walltime_s
+
+
+class ColdStarts:
+    """Each site's cold-start figure: measured here, else the default (thread-safe)."""
+
+    def __init__(self, default_s: float = DEFAULT_COLD_START_S, keep: int = KEEP_MEASURED) -> None:
+        if default_s < 0:
+            raise ValueError(f"default_s must be >= 0, got {default_s}")
+        self.default_s = default_s
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._seen: dict[str, deque[float]] = {}
+
+    def observe(self, site: str, seconds: float) -> None:
+        """A cold start of ``seconds`` measured at ``site``."""
+        if seconds < 0:
+            return
+        with self._lock:
+            self._seen.setdefault(site, deque(maxlen=self.keep)).append(seconds)
+
+    def figure(self, site: str) -> tuple[float, str]:
+        """The site's cold start in seconds, and where the figure comes from."""
+        with self._lock:
+            seen = list(self._seen.get(site, ()))
+        if not seen:
+            return self.default_s, "the default, none measured here yet"
+        return statistics.median(seen), f"median of {len(seen)} measured here"
+
+    def figures(self) -> dict[str, float]:
+        """Every site's measured figure (sites with no measurement left out)."""
+        with self._lock:
+            return {s: statistics.median(v) for s, v in self._seen.items() if v}
+
+
+@dataclass
+class ColdStart:
+    """The placement step charging cold candidates and waiting warm ones on their block."""
+
+    blocks: WarmBlocks
+    starts: ColdStarts
+    sites: frozenset[str] | None = None
+    """The sites whose tasks run on blocks (None: every site); a candidate elsewhere (a
+    site that starts nothing per shape) is left as it is."""
+
+    def apply(
+        self,
+        cands: Sequence[Candidate],
+        sites: Sequence[SiteSpec],
+        snapshot: FederationSnapshot,
+        now: datetime,
+    ) -> list[Candidate]:
+        specs = {s.name: s for s in sites}
+        out: list[Candidate] = []
+        for c in cands:
+            if self.sites is not None and c.site not in self.sites:
+                out.append(c)
+                continue
+            st = self.blocks.state(c.shape, now)
+            if st is None:
+                secs, source = self.starts.figure(c.site)
+                cold = {
+                    "predicted_wait_s": c.predicted_wait_s + secs,
+                    "wait_q90_s": None if c.wait_q90_s is None else c.wait_q90_s + secs,
+                    "wait_bound_s": None if c.wait_bound_s is None else c.wait_bound_s + secs,
+                    "cold_start_s": secs,
+                    "why": f"{c.why}; cold start +{secs:.0f} s (no block of this shape here: "
+                    f"{source})",
+                }
+                out.append(c.model_copy(update=cold))
+                continue
+            blocks = self._blocks_for(c, st.open_tasks, specs.get(c.site), snapshot)
+            backlog = st.open_tasks * c.predicted_runtime_s / blocks
+            if st.up:
+                wait = backlog
+                why = f"warm block: ours, up here ({st.open_tasks} task(s) of ours open on it"
+            else:
+                wait = max(st.ready_in_s, c.predicted_wait_s) + backlog
+                why = (
+                    f"warm block: ours, starting here (predicted up in {st.ready_in_s:.0f} s; "
+                    f"{st.open_tasks} task(s) of ours waiting for it"
+                )
+            if backlog > 0:
+                why += f"; {backlog:.0f} s of them ahead over {blocks} block(s)"
+            # Slurm's plan has no say over a block that is up; a starting one may wait longer
+            bound = c.wait_bound_s
+            if bound is not None:
+                bound = wait if st.up else max(wait, bound)
+            update = {
+                "predicted_wait_s": wait,
+                "wait_q90_s": wait,
+                "wait_bound_s": bound,
+                "cold_start_s": 0.0,
+                "why": f"{why}); a new job here: {c.why}",
+            }
+            out.append(c.model_copy(update=update))
+        return out
+
+    @staticmethod
+    def _blocks_for(
+        c: Candidate, open_tasks: int, spec: SiteSpec | None, snapshot: FederationSnapshot
+    ) -> int:
+        """Blocks the shape's open tasks run on: as many as they are, up to the partition's
+        per-user job limit (the engine's ``max_blocks``) and to what fits in it at once."""
+        limit = DEFAULT_MAX_BLOCKS
+        part = next((p for p in spec.partitions if p.name == c.partition), None) if spec else None
+        if part is not None:
+            limit = part.max_running_jobs_per_user or part.max_submitted_jobs_per_user or limit
+        site = snapshot.site(c.site)
+        psnap = site.partition(c.partition) if site is not None else None
+        if psnap is not None and psnap.cpus_total:
+            limit = min(limit, psnap.cpus_total // max(1, c.shape.cpus * c.shape.nodes))
+        return max(1, min(open_tasks, limit))
