@@ -188,6 +188,9 @@ class LocalSites:
         coord = Coordinator(backends, telemetry=tel, store=store, **coordinator_kwargs)
         coord.own(store, tel)  # closed with the coordinator
         self.listen_for_starts(backends, coord)
+        for b in backends:  # the functions every task uses: registered before the first
+            b.warm()
+        coord.probe_ahead()
         if store is not None:
             coord.recover()
         return coord

@@ -74,6 +74,8 @@ class Acks:
                 if not self._pending:
                     self._wake.clear()
             for _, on_ack, tid in done:
+                if self._closed:
+                    return
                 self._call(on_ack, tid)
             if not done:
                 time.sleep(LOOK_EVERY_S)
@@ -95,6 +97,11 @@ class Acks:
             time.sleep(0.01)
         return True
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop looking: no ``on_ack`` is called after this returns (one in progress is
+        waited for, at most ``timeout_s``)."""
         self._closed = True
         self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)

@@ -39,6 +39,7 @@ class Runtime(Protocol):
     inline_limit_bytes: int
     probe_interval_s: float
     closing: bool
+    closed: bool
     """Set when close() begins: a durable coordinator's tasks then stay in flight in
     its store for the next one, whatever their futures report as the sites close."""
     _last_snapshot: FederationSnapshot | None

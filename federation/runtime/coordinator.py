@@ -33,6 +33,7 @@ from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy, with_cold_start
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.events import Event, EventBus, EventCallback
+from federation.runtime.freshness import DEFAULT_MAX_STALE_S, Freshness
 from federation.runtime.handles import TaskHandle, TaskResult
 from federation.runtime.hedging import Hedging
 from federation.runtime.holds import Holds
@@ -89,6 +90,11 @@ class Coordinator:
             request per site to the Globus Compute service, whose SDK allows 4 per 16 s
             per executor before it throttles: past that, a burst reuses the latest snapshot
             instead of waiting (:data:`PROBE_ROUNDS_PER_WINDOW`).
+        max_stale_s: ``submit_task`` places on the latest snapshot up to this old (and
+            starts a fresh round in the background once it is older than
+            ``probe_interval_s``) rather than wait for a probe round on the caller's path;
+            only an older one, or none, is probed first
+            (:class:`~federation.runtime.freshness.Freshness`).
         telemetry: where snapshots are kept over time (optional).
         caller_sites: each caller's own backends, where work must act under the caller's
             identity (:mod:`federation.runtime.callers`); default: the shared ones for all.
@@ -101,6 +107,7 @@ class Coordinator:
         policy: str | Policy = AUTO,
         probe_timeout_s: float = 30.0,
         probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
+        max_stale_s: float = DEFAULT_MAX_STALE_S,
         telemetry: Telemetry | None = None,
         bus: EventBus | None = None,
         store: Store | None = None,
@@ -125,12 +132,16 @@ class Coordinator:
         self.policy = policy
         self.probe_timeout_s = probe_timeout_s
         self.probe_interval_s = probe_interval_s
+        self._probing = Freshness(self, max_stale_s)
+        """The snapshot ``submit_task`` places on: probed in the background when stale."""
         self._probe_rounds: dict[str, list[float]] = {}
         """When each site was last probed (the latest rounds only, per site's executor)."""
         """When the latest probe rounds began (monotonic; at most the SDK's burst)."""
         self.telemetry = telemetry
         self._owned: list[Store | Telemetry] = []
         self.closing = False
+        self.closed = False
+        """Set once the sites are closed, before the store: no callback writes after it."""
         self.events = bus or EventBus(store)
         self.result_storage = result_storage
         """Site -> directory for results too large to return inline (None: never spill)."""
@@ -213,6 +224,11 @@ class Coordinator:
             self.telemetry.record(fresh)
         return snap
 
+    def probe_ahead(self) -> None:
+        """Start a probe round in the background (at connect): the first submission then
+        finds its snapshot, or waits for this round rather than start one of its own."""
+        self._probing.start()
+
     def snapshot(
         self, max_age_s: float | None = None, sites: Iterable[str] = ()
     ) -> FederationSnapshot:
@@ -263,7 +279,7 @@ class Coordinator:
                 raise UnknownSiteError(s, sorted(self.backends))
         envelope = self.gate.narrow(caller, envelope, task)
         code_hash = check_serializable(task)
-        snap = snapshot or self.snapshot(sites=envelope.sites)  # only the sites it may use
+        snap = snapshot or self._probing.current(envelope.sites)  # no probe round waited for
         specs = [b.spec for b in self.backends.values()]
         policy = self._placer()
         with self.deciding_for(task.label or code_hash):
@@ -566,7 +582,11 @@ class Coordinator:
         self._owned.extend(r for r in resources if r is not None)
 
     def close(self) -> None:
+        """Drain, then stop: acknowledgements still on their way are recorded; watchers,
+        listeners and the background probe stop before the sites, and the store (and
+        telemetry) close last, so nothing writes to them, or logs, after this returns."""
         self.closing = True
+        self._probing.close(1.0)
         if self.store is not None and not self._shipping.acks.drain(CLOSE_DRAIN_S):
             logger.warning(
                 "closing: %d shipment(s) still unacknowledged after %.0f s; the next "
@@ -574,6 +594,7 @@ class Coordinator:
                 self._shipping.acks.waiting(),
                 CLOSE_DRAIN_S,
             )
+        self._shipping.acks.close()  # a later acknowledgement is the next coordinator's
         self.milestones.close()
         self._hedging.close()
         self.hooks.close()
@@ -583,6 +604,7 @@ class Coordinator:
             self.caller_sites.close()
         if self._transfers is not None:
             self._transfers.close()
+        self.closed = True
         owned, self._owned = self._owned, []
         for r in owned:
             r.close()

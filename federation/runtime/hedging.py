@@ -350,7 +350,7 @@ class Hedging:
 
     def on_copy_done(self, handle: TaskHandle, c: TaskCopy, fut: Future[Any]) -> None:
         """A copy's future resolved: settle the task (winner), leave the race, or ignore."""
-        if self.rt.closing and self.rt.store is not None:
+        if self.rt.closing and self.rt.store is not None and (fut.cancelled() or self.rt.closed):
             return  # the copy stays in flight in the store for the next coordinator
         with self.reg.lock:
             if handle.state in ("completed", "failed"):

@@ -49,6 +49,8 @@ class Reports:
     # --- a start -------------------------------------------------------------------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
         """A site reports a task running (its batch job started and picked it up)."""
+        if self.rt.closing and self.rt.store is not None:
+            return  # in flight in the store: the next coordinator learns its start
         copy = self.reg.copy_for_compute_id(compute_task_id)
         if copy is not None:
             self.hedging.copy_started(*copy, slurm_job_id)
@@ -64,6 +66,8 @@ class Reports:
         self.life.start(handle, slurm_job_id)
 
     def retry_started(self, tid: str, job: str | None, tries: int) -> None:
+        if self.rt.closing and self.rt.store is not None:
+            return
         copy = self.reg.copy_for_compute_id(tid)
         if copy is not None:
             with self.reg.lock:
@@ -102,9 +106,10 @@ class Reports:
         """The task's future resolved: complete it, fail it, retry it or re-attach it."""
         if handle.state in ("completed", "failed"):
             return  # already settled (e.g. cancelled by request): report once
-        if self.rt.closing and self.rt.store is not None:
+        if self.rt.closing and self.rt.store is not None and (fut.cancelled() or self.rt.closed):
             # the sites are closing their watchers: the task stays in flight in the store,
-            # and the next coordinator re-attaches to it (recover())
+            # and the next coordinator re-attaches to it (recover()). A result that did
+            # arrive is recorded: the service released it once it was delivered
             return
         self.started_before_done(handle)
         if fut.cancelled():
@@ -119,7 +124,7 @@ class Reports:
             failure = classify(message, str(exc))
             if failure.cls == "user_error" and handle.cancel_reason is None and remote(exc):
                 self.ran(handle)  # its own code raised: it ran
-            if failure.retryable and handle.task is not None:
+            if failure.retryable and handle.task is not None and not self.rt.closing:
                 self.retries.retry_off_thread(handle, failure, message, str(exc))
                 return
             self.life.fail(handle, message, str(exc), failure=failure.cls)
