@@ -725,7 +725,7 @@ def test_progress_notifications_over_streamable_http(
             await s.initialize()
             page = await s.call_tool(
                 "await_event",
-                {"after": 10**6, "timeout_s": 1.2},
+                {"after": 0, "timeout_s": 1.2},  # this caller has no events: it waits
                 progress_callback=on_progress,
             )
             bad = await s.call_tool("await_event", {"task_ids": ["no-such-task"], "timeout_s": 1})

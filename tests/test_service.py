@@ -405,7 +405,7 @@ def test_site_down_is_503_and_nothing_runs(
 
 @pytest.mark.slurm
 def test_event_long_poll_contract(client: TestClient, coord: Coordinator) -> None:
-    last = coord.events.last_seq
+    last = coord.events.last_seq_of("test-suite")  # the caller's own cursor, not the whole log's
     t0 = time.monotonic()
     r = client.get("/v1/events", params={"after": last, "timeout_s": 0.5})
     assert 0.4 < time.monotonic() - t0 < 3
@@ -443,7 +443,7 @@ def test_survives_client_disconnect_and_never_logs_tokens(
     ops = _ops(app)
     headers = {"Authorization": f"Bearer {token}"}
     with running(app) as base:
-        after = coord.events.last_seq
+        after = coord.events.last_seq_of("test-suite")  # the caller's cursor
         _raw_long_poll(base, token, after, hold_s=0.5)  # hangs up mid-request
         # a second one through httpx, cancelled by its own short read timeout
         with pytest.raises(httpx.ReadTimeout):
@@ -468,7 +468,7 @@ def test_survives_client_disconnect_and_never_logs_tokens(
         def poll() -> None:
             httpx.get(
                 f"{base}/v1/events",
-                params={"after": coord.events.last_seq, "timeout_s": 3},
+                params={"after": coord.events.last_seq_of("test-suite"), "timeout_s": 3},
                 headers=headers,
                 timeout=10,
             )

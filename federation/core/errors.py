@@ -119,3 +119,25 @@ class PayloadTooLargeError(SerializationError):
 
 class VersionMismatchError(FederationError):
     """The coordinator's and the endpoint's Python versions differ (major.minor)."""
+
+
+class CursorAheadError(FederationError, ValueError):
+    """An event cursor past the end of the event log: the service restarted without its
+    store, or the cursor came from another service. Resume with ``after=last`` (new events
+    only) or ``after=0`` (re-read the log); waiting would never end."""
+
+    def __init__(self, cursor: int, last: int, owner: str | None = None) -> None:
+        self.cursor = cursor
+        self.last = last
+        self.owner = owner
+        log = "the event log" if owner is None else f"the event log of {owner!r}"
+        super().__init__(
+            f"event cursor {cursor} is ahead of {log}, which ends at {last}: the service "
+            "restarted without its store (or the cursor is from another service). Resume "
+            f"with after={last} for the events from now on, or after=0 to re-read the log."
+        )
+
+
+class StoreInUseError(FederationError):
+    """Another live coordinator keeps its state in this store: two would collide on event
+    numbers. Stop it or talk to it, or give this one another home (or no store)."""

@@ -8,6 +8,7 @@ Compute cloud sites alike, as ``serve`` does; without one, on the embedded local
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from federation.core.errors import StoreInUseError
 from federation.deploy.config import CONFIG_ENV, Deployment, load_config
 from federation.runtime.coordinator import Coordinator
 
@@ -55,6 +57,35 @@ def configured(config: Path | str | None = None) -> Path | None:
     return Path(env) if env else None
 
 
+def hold_store(store: Path) -> Callable[[], None]:
+    """Hold ``store`` for this coordinator alone (an advisory lock on ``<store>.lock``, let
+    go when the process ends however it ends); returns what lets it go.
+
+    Raises :class:`StoreInUseError` when another live coordinator holds it: two coordinators
+    on one store would number their events over each other's."""
+    lock = store.with_name(store.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StoreInUseError(
+            f"another coordinator (pid {holder}) keeps its tasks and events in {store}: "
+            "stop it or use it (`--service URL`), or start this one with another --home, "
+            "or with --in-memory (nothing kept across restarts)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+
+    def release() -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    return release
+
+
 def connect(
     config: Path | str | None = None,
     *,
@@ -62,32 +93,51 @@ def connect(
     sites: list[str] | None = None,
     bring_up: bool = True,
     durable: bool = False,
+    exclusive: bool = False,
+    store_path: Path | None = None,
     telemetry: bool = True,
     local_path: str | None = None,
     **coordinator_kwargs: Any,
 ) -> Connection:
     """A coordinator over the sites of ``config`` (see :func:`configured`), or over the
     embedded local federation (``sites``: only these). ``bring_up`` starts the local sites
-    (cloud endpoints are their admins'); ``durable`` keeps tasks in ``coordinator.db``;
-    ``local_path`` is how the embedded sites are reached (``embedded`` or ``cloud``, see
-    :data:`federation.deploy.local.PATHS`; default ``$FEDERATION_PATH``)."""
+    (cloud endpoints are their admins'); ``durable`` keeps tasks in ``coordinator.db``
+    (``store_path``: elsewhere, embedded only) and re-attaches to the tasks left in flight
+    there; ``exclusive`` (durable only): hold the store (:func:`hold_store`) for as long as
+    the connection is open, as ``serve`` and ``mcp`` do; ``local_path`` is how the embedded
+    sites are reached (``embedded`` or ``cloud``, see :data:`federation.deploy.local.PATHS`;
+    default ``$FEDERATION_PATH``)."""
     path = configured(config)
-    if path is not None:
-        if sites:
-            raise ValueError(
-                f"--site {' '.join(sites)} is for the embedded federation; with a config, "
-                f"the sites are the ones {path} names"
-            )
-        deployment = Deployment(load_config(path), home=home)
-        if bring_up:
-            deployment.up()
-        coord = deployment.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
-        return Connection(coord, deployment.home, path, [deployment.close])
-    from federation.deploy.local import LocalSites
+    held: list[Callable[[], None]] = []
+    try:
+        if path is not None:
+            if sites:
+                raise ValueError(
+                    f"--site {' '.join(sites)} is for the embedded federation; with a config, "
+                    f"the sites are the ones {path} names"
+                )
+            if store_path is not None:
+                raise ValueError(f"store_path is for the embedded federation: {path} names a home")
+            deployment = Deployment(load_config(path), home=home)
+            if durable and exclusive:
+                held.append(hold_store(deployment.home / "coordinator.db"))
+            if bring_up:
+                deployment.up()
+            coord = deployment.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
+            return Connection(coord, deployment.home, path, [deployment.close, *held])
+        from federation.deploy.local import LocalSites
 
-    local = LocalSites(home=home, sites=sites, path=local_path)
-    if bring_up:
-        local.up()
-    coord = local.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
-    closers = [local.service.close] if local.service is not None else []
-    return Connection(coord, local.home, None, closers)
+        local = LocalSites(home=home, sites=sites, path=local_path)
+        if durable and exclusive:
+            held.append(hold_store(store_path or local.home / "coordinator.db"))
+        if bring_up:
+            local.up()
+        coord = local.connect(
+            durable=durable, store_path=store_path, telemetry=telemetry, **coordinator_kwargs
+        )
+        closers = [local.service.close] if local.service is not None else []
+        return Connection(coord, local.home, None, [*closers, *held])
+    except BaseException:
+        for release in held:
+            release()
+        raise

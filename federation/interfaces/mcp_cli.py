@@ -63,8 +63,20 @@ def mcp_command(
             show_default=False,
         ),
     ] = None,
+    in_memory: Annotated[
+        bool,
+        typer.Option(
+            "--in-memory",
+            help="own coordinator: keep tasks, groups, transfers and events in memory only "
+            "(default: durable in <home>/coordinator.db, re-attached and resumed on restart)",
+        ),
+    ] = False,
 ) -> None:
-    """Serve the federation as MCP tools for agents (stdio by default, or streamable HTTP)."""
+    """Serve the federation as MCP tools for agents (stdio by default, or streamable HTTP).
+
+    Its own coordinator (without --service) is durable unless --in-memory: tasks and events
+    are kept in <home>/coordinator.db, and a restarted server re-attaches to the tasks left
+    in flight; agents' await_event cursors continue."""
     from federation.interfaces.mcp_run import run
 
     run(
@@ -78,6 +90,7 @@ def mcp_command(
         token=token,
         tokens_db=tokens,
         config=config,
+        in_memory=in_memory,
     )
 
 

@@ -79,11 +79,18 @@ def embedded_ops(
     tokens_db: Path | None = None,
     config: Path | None = None,
     callers: GlobusCallers | None = None,
+    *,
+    in_memory: bool = False,
+    store_path: Path | None = None,
 ) -> Operations:
     """A coordinator in this process, as :class:`LocalOps`: over the sites of ``config``
     (or ``$FEDERATION_CONFIG``), else the embedded local federation; callers' policies from
     ``tokens_db`` (default: the home's token database) and ``home/policy.yaml``;
-    ``callers``: Globus callers, whose work goes out under their own identities."""
+    ``callers``: Globus callers, whose work goes out under their own identities.
+
+    Durable unless ``in_memory``, as ``serve`` is: tasks, groups, transfers and events in
+    ``coordinator.db`` of the home (``store_path``: elsewhere, embedded only), held for this
+    server alone, the tasks left in flight re-attached on restart."""
     from federation.deploy.connect import connect
     from federation.deploy.local import federation_home
     from federation.interfaces.service.ops import LocalOps
@@ -91,7 +98,17 @@ def embedded_ops(
 
     gate = PolicyGate.from_home(home or federation_home(), tokens_db=tokens_db)
     more: dict[str, Any] = {} if callers is None else {"callers": callers}
-    conn = connect(config, home=home, sites=sites, bring_up=bring_up, gate=gate, **more)
+    conn = connect(
+        config,
+        home=home,
+        sites=sites,
+        bring_up=bring_up,
+        durable=not in_memory,
+        exclusive=not in_memory,
+        store_path=store_path,
+        gate=gate,
+        **more,
+    )
     return LocalOps(conn.coord, on_close=conn.close)
 
 
@@ -107,6 +124,7 @@ def run(
     token: str | None = None,
     tokens_db: Path | None = None,
     config: Path | None = None,
+    in_memory: bool = False,
 ) -> None:
     """Serve the MCP tools until the client goes away (stdio) or interrupted (HTTP)."""
     logging.basicConfig(
@@ -132,7 +150,7 @@ def run(
 
         def factory() -> Operations:
             db = tokens_db if transport == "http" else None
-            return embedded_ops(home, sites, bring_up, db, config, callers)
+            return embedded_ops(home, sites, bring_up, db, config, callers, in_memory=in_memory)
 
     backend = Backend(factory)
     keeper = SnapshotKeeper(ops_probe(backend.get), max_age_s=SNAPSHOT_MAX_AGE_S)

@@ -489,7 +489,8 @@ def build_server(
             f"{MAX_AWAIT_S:.0f} s) with timed_out=true and no events. Only your own events: "
             "the cursor counts them (1, 2, 3, ...). Always pass the returned `cursor` as "
             "`after` on the next call: no event is missed or repeated. Start from the cursor "
-            "submit_task returned."
+            "submit_task returned. A cursor past the end of your log (the server restarted "
+            "without its store) is an error, cursor_ahead, naming where to resume."
         ),
     )
     async def await_event(

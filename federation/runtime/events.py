@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
+from federation.core.errors import CursorAheadError
 from federation.core.model import Frozen
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ EventKind = Literal[
     "task.copy_added",
     "task.milestone",
     "task.stalled",
+    "task.accounted",
     "group.submitted",
     "group.child_replaced",
     "group.child_stalled",
@@ -304,6 +306,9 @@ class EventBus:
         ``owner``: only that owner's events, and ``after_seq`` is a position in the owner's
         own log (their ``owner_seq``): the cursor of a caller who sees only their own work.
         The events are returned as stored (``seq`` global, ``owner_seq`` the cursor).
+
+        A cursor past the end of the log raises :class:`CursorAheadError` at once (no event
+        could ever match: the log it came from is not this one).
         """
 
         def pos(e: Event) -> int:
@@ -326,11 +331,23 @@ class EventBus:
             return found
 
         with self._changed:
+            self._check_cursor(after_seq, owner)
             found = matching()
             if not found:
                 self._changed.wait_for(lambda: bool(matching()), timeout=timeout_s)
                 found = matching()
             return found
+
+    def check_cursor(self, after_seq: int, owner: str | None = None) -> None:
+        """Raise :class:`CursorAheadError` when ``after_seq`` is past the end of the log
+        (``owner``: of that owner's own log)."""
+        with self._lock:
+            self._check_cursor(after_seq, owner)
+
+    def _check_cursor(self, after_seq: int, owner: str | None) -> None:
+        last = self._last if owner is None else self._owner_last.get(owner, 0)
+        if after_seq > last:
+            raise CursorAheadError(after_seq, last, owner)
 
     @property
     def last_seq(self) -> int:

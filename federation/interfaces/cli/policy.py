@@ -180,10 +180,17 @@ def list_held(
 
 
 def _local_coordinator(home: Path, with_sites: bool) -> Coordinator:
+    from federation.core.errors import StoreInUseError
+    from federation.deploy.connect import hold_store
     from federation.runtime.coordinator import Coordinator
     from federation.runtime.store import Store
     from federation.security import PolicyGate
 
+    try:  # a running `serve` or `mcp` holds it: its held tasks are decided through it
+        hold_store(home / "coordinator.db")()
+    except StoreInUseError as e:
+        typer.echo(f"{e}; decide on a running service's tasks with --service URL", err=True)
+        raise typer.Exit(2) from e
     gate = PolicyGate.from_home(home)
     if with_sites:
         from federation.deploy.local import LocalSites

@@ -47,8 +47,8 @@ def serve_command(
         Path | None,
         typer.Option(
             envvar="FEDERATION_CONFIG",
-            help="serve the sites of this federation.yaml (local and Globus cloud sites), "
-            "durable, instead of the embedded local federation ($FEDERATION_CONFIG)",
+            help="serve the sites of this federation.yaml (local and Globus cloud sites) "
+            "instead of the embedded local federation ($FEDERATION_CONFIG)",
             show_default=False,
         ),
     ] = None,
@@ -61,13 +61,25 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    in_memory: Annotated[
+        bool,
+        typer.Option(
+            "--in-memory",
+            help="keep tasks, groups, transfers and events in memory only: lost when the "
+            "service stops (default: durable in <home>/coordinator.db, re-attached and "
+            "resumed on restart)",
+        ),
+    ] = False,
 ) -> None:
     """Serve the HTTP API (bearer tokens from `federation token issue`).
 
-    Every submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
+    Durable by default: tasks, groups, transfers and events are kept in
+    $FEDERATION_HOME/coordinator.db, a restarted service re-attaches to the tasks left in
+    flight, and callers' event cursors continue (--in-memory: nothing kept). Every
+    submission passes the caller policy gate ($FEDERATION_HOME/policy.yaml and token
     policies; see docs/security.md) and is written to the audit log.
     """
-    from federation.core.errors import BadEnvelopeError, ConfigError
+    from federation.core.errors import BadEnvelopeError, ConfigError, StoreInUseError
     from federation.interfaces.service.server import serve
     from federation.placement.policies import get_policy
 
@@ -86,9 +98,13 @@ def serve_command(
             log_level=log_level,
             config=config,
             placement=placement,
+            in_memory=in_memory,
         )
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--config") from e
+    except StoreInUseError as e:
+        typer.echo(f"federation serve: {e}", err=True)
+        raise typer.Exit(2) from e
 
 
 def _store(home: Path | None) -> TokenStore:

@@ -456,10 +456,13 @@ def create_app(
 
         Each message has ``id:`` (the event's seq: its place in your own event log), ``event:``
         (its kind) and ``data:`` (the event as JSON). A client that reconnects with
-        ``Last-Event-ID`` (or ``after``) resumes where it stopped; nothing is missed."""
+        ``Last-Event-ID`` (or ``after``) resumes where it stopped; nothing is missed. A
+        cursor past the end of your log is refused (409 ``cursor_ahead``: the service
+        restarted without its store; resume after the ``last`` it names, or after 0)."""
         start = _resume_from(request.headers.get("last-event-id", "").strip(), after)
         kind_list = parse_kinds(kinds)
         who = caller(request)
+        local.check_cursor(start, who)  # 409 cursor_ahead: this log is not the cursor's
         local.check_event_filter(task_id, kind_list, who)  # 404/422 before the stream starts
         return EventSourceResponse(
             _sse(local, start, task_id, kind_list, who),
@@ -484,7 +487,8 @@ def create_app(
         """Long poll: your events after ``after``, waiting up to ``timeout_s`` for the first.
 
         Your cursor counts your own events only (an operator's: every event). Pass the
-        returned ``cursor`` as ``after`` next time and no event is missed."""
+        returned ``cursor`` as ``after`` next time and no event is missed. A cursor past the
+        end of your log is refused at once (409 ``cursor_ahead``), never waited on."""
         return await local.events(
             after,
             task_id,

@@ -133,7 +133,8 @@ class ServiceClient:
         """Long-polls in rounds of at most the server's cap until ``timeout_s`` is spent.
 
         ``caller`` (and every other method's) is ignored: the token names the caller, and
-        the service shows it only its own work."""
+        the service shows it only its own work. A cursor past the end of the service's log
+        raises :class:`OpsError` ``cursor_ahead`` (409; its hint says where to resume)."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         async with httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, timeout=SERVER_MAX_POLL_S + 15
@@ -191,10 +192,12 @@ class ServiceClient:
 
         A dropped connection is re-opened from the last event seen (``Last-Event-ID``), up
         to ``reconnects`` times in a row; then :class:`OpsError` ``service_unreachable``.
-        Refusals (unknown ids, bad kinds, bad token) raise at once. Close the generator to
-        stop, or set ``stop`` (checked at every message, keep-alives included: at least every
-        15 s); ``on_response`` gets each open response. The stream is read with
-        ``httpx-sse``; :func:`decode_event` turns its messages into events.
+        Refusals (unknown ids, bad kinds, bad token, a cursor past the end of the log: 409
+        ``cursor_ahead`` after a service restarted without its store) raise at once, on a
+        reconnection too. Close the generator to stop, or set ``stop`` (checked at every
+        message, keep-alives included: at least every 15 s); ``on_response`` gets each open
+        response. The stream is read with ``httpx-sse``; :func:`decode_event` turns its
+        messages into events.
         """
         cursor = after
         failures = 0
@@ -261,12 +264,14 @@ def decode_event(sse: ServerSentEvent) -> Event | None:
     """The event an SSE message carries; ``None`` for one without data (the stream's opening
     message, and each keep-alive once an id has been seen).
 
-    An ``error`` message (the service refused to go on) raises :class:`OpsError`."""
+    An ``error`` message (the service refused to go on) raises :class:`OpsError` (409 for
+    ``cursor_ahead``, as the service answers it before a stream starts; else 503)."""
     if not sse.data:
         return None
     if sse.event == "error":
         body = ErrorBody.model_validate_json(sse.data)
-        raise OpsError(503, body.error, body.message, body.hint, body.details)
+        status = 409 if body.error == "cursor_ahead" else 503
+        raise OpsError(status, body.error, body.message, body.hint, body.details)
     return Event.model_validate_json(sse.data)
 
 

@@ -11,9 +11,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import anyio
 import anyio.to_thread
 
+from federation.core.errors import CursorAheadError
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import EVENT_KINDS, EventsPage
-from federation.interfaces.service.ownership import Ownership
+from federation.interfaces.service.ownership import Ownership, Who
+from federation.interfaces.service.translate import translate
 from federation.runtime.coordinator import Coordinator
 
 __all__ = ["WAIT_SLICE_S", "EventOps", "parse_kinds"]
@@ -76,6 +78,19 @@ class EventOps:
                 )
         return ids, kind_set
 
+    def check_cursor(self, after: int, caller: str = "") -> None:
+        """Refuse a cursor past the end of the caller's log (409 ``cursor_ahead``: the
+        service restarted without its store, or the cursor is another service's)."""
+        self._check_cursor(after, self.owners.who(caller))
+
+    def _check_cursor(self, after: int, who: Who) -> None:
+        if after < 0:
+            raise OpsError(422, "bad_cursor", f"after={after} is negative", "start from 0")
+        try:
+            self.coord.events.check_cursor(after, None if who.operator else who.name)
+        except CursorAheadError as e:
+            raise translate(e) from e
+
     async def events(
         self,
         after: int,
@@ -94,9 +109,8 @@ class EventOps:
         stays free. ``abandoned()`` is asked between slices; when it says so (the client
         went away), the wait ends early.
         """
-        if after < 0:
-            raise OpsError(422, "bad_cursor", f"after={after} is negative", "start from 0")
         who = self.owners.who(caller)
+        self._check_cursor(after, who)
         ids, kind_set = self.check_event_filter(task_ids, kinds, who.name)
         owner = None if who.operator else who.name
         bus = self.coord.events
@@ -121,7 +135,10 @@ class EventOps:
                     timeout_s=max(0.0, min(WAIT_SLICE_S, remaining)),
                     owner=owner,
                 )
-                found = await anyio.to_thread.run_sync(wait, limiter=self._limiter)
+                try:
+                    found = await anyio.to_thread.run_sync(wait, limiter=self._limiter)
+                except CursorAheadError as e:  # the bus checks the cursor too
+                    raise translate(e) from e
                 if found:
                     found = self.owners.shown(who, found)
                     return EventsPage(

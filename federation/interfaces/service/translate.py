@@ -6,6 +6,7 @@ import logging
 
 from federation.core.errors import (
     BadEnvelopeError,
+    CursorAheadError,
     DataNotFoundError,
     FederationError,
     NoFeasibleSiteError,
@@ -56,6 +57,14 @@ def translate(e: BaseException) -> OpsError:
             str(e),
             "call one of the catalog functions with arguments matching its schema",
             {"errors": e.errors},
+        )
+    if isinstance(e, CursorAheadError):
+        return OpsError(
+            409,
+            "cursor_ahead",
+            str(e),
+            f"resume with after={e.last} (events from now on) or after=0 (re-read the log)",
+            {"cursor": e.cursor, "last": e.last},
         )
     if isinstance(e, UnknownSiteError):
         return OpsError(
