@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -83,14 +82,13 @@ def test_manifest_carries_the_batch_jobs_accounting(coord: Any) -> None:
     job = r.value["slurm_job_id"]
     assert r.slurm_job_id == job and r.slurm_job_ids == (job,)
     # slurmdbd learns of a job's start and end asynchronously (and, after a controller
-    # restart, may still hold an older job under the same id): the coordinator asks again
-    # on later get_result calls, at most every 10 s, until the record is complete
-    deadline = time.monotonic() + 90
-    while not (r.accounting and r.accounting.complete) and time.monotonic() < deadline:
-        time.sleep(3)
-        r = coord.get_result(h)
-    acct = r.accounting
-    assert acct is not None and acct.error is None, acct
+    # restart, may still hold an older job under the same id): the accountant asks after
+    # the task ended, in the background, and again on later looks until the record is
+    # complete; task.accounted says when it is in (get_result never asks the site)
+    acct = coord.accountant.wait(h, timeout_s=240)
+    assert acct is not None and acct.error is None and acct.complete, acct
+    r = coord.get_result(h)
+    assert r.accounting == acct
     (rec,) = acct.jobs
     assert rec.job_id == job and rec.partition == r.value["partition"]
     assert rec.state in ("completed", "cancelled", "timeout")

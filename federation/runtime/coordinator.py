@@ -31,6 +31,7 @@ from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy, with_cold_start
+from federation.runtime.accounting import Accountant
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.freshness import DEFAULT_MAX_STALE_S, Freshness
@@ -166,6 +167,7 @@ class Coordinator:
         self._retries.stage = self._staging.stage_if_needed  # a retry elsewhere: inputs first
         self._holds = Holds(self, reg, life, self._staging)
         self._recovery = Recovery(self, reg, life, self._hedging, self._holds, self._staging)
+        self.accountant = Accountant(self, reg, life)  # sacct of ended tasks, in the background
         self.late_board = LateBoard(self._hedging.queued_copies)
         """Our own copies still queued past their predictions
         (:mod:`federation.placement.lateness`)."""
@@ -432,11 +434,10 @@ class Coordinator:
 
     # --- get_result -----------------------------------------------------------------------
     def get_result(self, handle: TaskHandle | str, timeout_s: float | None = None) -> TaskResult:
-        """The task's result manifest; waits up to ``timeout_s`` for it to finish."""
+        """The task's result manifest as known (ships nothing); waits ``timeout_s`` for its end."""
         h = self._handle(handle)
         if not h.wait(timeout_s):
             raise TimeoutError(f"task {h.id} ({h.label}) still {h.state} after {timeout_s} s")
-        self._reports.account(h)
         return h.manifest()
 
     def result_value(self, handle: TaskHandle, timeout_s: float | None = None) -> Any:
@@ -586,6 +587,7 @@ class Coordinator:
         listeners and the background probe stop before the sites, and the store (and
         telemetry) close last, so nothing writes to them, or logs, after this returns."""
         self.closing = True
+        self.accountant.close()  # before the store closes
         self._probing.close(1.0)
         if self.store is not None and not self._shipping.acks.drain(CLOSE_DRAIN_S):
             logger.warning(

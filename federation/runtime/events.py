@@ -33,6 +33,7 @@ EventKind = Literal[
     "task.milestone",
     "task.stalled",
     "task.accounted",
+    "task.accounted",
     "group.submitted",
     "group.child_replaced",
     "group.child_stalled",

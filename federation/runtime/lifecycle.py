@@ -50,6 +50,9 @@ class Lifecycle:
     def __init__(self, rt: Runtime, reg: TaskRegistry) -> None:
         self.rt = rt
         self.reg = reg
+        self.on_end: Callable[[TaskHandle], None] | None = None
+        """Told of every task that ended (completed or failed), after its event: the
+        accountant (:mod:`federation.runtime.accounting`) queues it for its site's sacct."""
 
     def current(self, h: TaskHandle) -> TaskState | None:
         """``h``'s state in the table (``None`` while it is not registered yet)."""
@@ -91,6 +94,8 @@ class Lifecycle:
             ev, subs = self.rt.events.record(kind, h.id, h.site, **detail())
         self.rt.events.deliver(ev, subs)
         if to in ("completed", "failed"):
+            if self.on_end is not None:
+                self.on_end(h)
             self.release(h)
         return True
 

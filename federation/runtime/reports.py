@@ -1,19 +1,18 @@
 """Site reports: what the sites say about a task (it started; its future resolved with a
-value or an error), turned into lifecycle transitions, a retry or a re-attach; and what a
-site's accounting (sacct) says about a task's Slurm jobs."""
+value or an error), turned into lifecycle transitions, a retry or a re-attach. What a
+site's accounting (sacct) says about a task's Slurm jobs is read after the task ended, in
+the background (:mod:`federation.runtime.accounting`)."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from federation.core.failures import classify
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, remote, stream_lost
 from federation.runtime.handles import TaskHandle
-from federation.runtime.provenance import fetch_accounting
 from federation.runtime.results import as_ref, take_outputs
 
 if TYPE_CHECKING:
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from federation.runtime.retries import Retries
 
 
-ACCOUNTING_TIMEOUT_S = 60.0
 KILLED_CODES = frozenset({-15, -9, 143, 137})
 """A command's exit codes for SIGTERM/SIGKILL (Python's negative codes, a shell's 128+n)."""
 
@@ -166,26 +164,3 @@ class Reports:
             gone=lambda message: self.life.fail(handle, message, "", failure="result_stream_lost"),
             found=found,
         )
-
-    # --- the scheduler's own record -----------------------------------------------------------
-    def account(self, h: TaskHandle) -> None:
-        """Record what the site's accounting says about the task's Slurm jobs (sacct)."""
-        ids = list(h.slurm_job_ids)
-        if not ids or (h.accounting is not None and h.accounting.complete):
-            return
-        last = h.accounting
-        if last is not None and (datetime.now(UTC) - last.fetched_at).total_seconds() < 10:
-            return
-        acct = fetch_accounting(
-            h.site,
-            self.rt.site_for(h.caller, h.site) if h.site in self.rt.backends else None,
-            ids,
-            ACCOUNTING_TIMEOUT_S,
-            started=h.started_at is not None or h.state == "completed",
-        )
-        if acct.error and last is not None and last.jobs:
-            return  # keep what an earlier query found
-        h.accounting = acct
-        store = self.rt.store
-        if store is not None:
-            store.update_task(h.id, accounting=acct.model_dump_json())

@@ -388,6 +388,20 @@ class Store:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
+    def unaccounted_tasks(self, since: str) -> list[dict[str, Any]]:
+        """Tasks that ended (at or after ``since``, an ISO time) in a Slurm job and have no
+        accounting recorded: id, site, owner, slurm_job_id and attempts, by their end
+        (what a restart hands the accountant, :mod:`federation.runtime.accounting`)."""
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT id, site, owner, slurm_job_id, attempts FROM tasks WHERE state IN "
+                "(?, ?) AND accounting IS NULL AND slurm_job_id IS NOT NULL "
+                "AND completed_at >= ? ORDER BY completed_at",
+                (*TERMINAL, since),
+            )
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
     def tasks(self, *, open_only: bool = False) -> list[dict[str, Any]]:
         if open_only:
             return self._select("WHERE state NOT IN (?, ?)", TERMINAL)

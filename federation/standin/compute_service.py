@@ -401,6 +401,7 @@ class LocalComputeService:
                 self._tasks[tid] = rec
                 self._groups.setdefault(tg, {})[tid] = None
                 ep.task_ids.add(tid)
+                ep.shipped[str(self._functions[fid].get("function_name") or fid)] += 1
             msg = {
                 "op": "submit",
                 "task_id": tid,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 
 from globus_compute_common import messagepack
@@ -66,3 +67,5 @@ class _Endpoint:
     site: str
     link: EndpointLink
     task_ids: set[str] = field(default_factory=set)
+    shipped: Counter[str] = field(default_factory=Counter)
+    """Tasks accepted for the endpoint, by function name: what clients shipped to the site."""
