@@ -802,8 +802,14 @@ def test_hedged_fan_out_on_a_full_delta_runs_on_the_free_site(local: LocalSites)
         until("the Delta copies' batch jobs are queued", lambda: _ours(slurm, "delta"), 120)
         until("the local copies' batch jobs are queued", lambda: _ours(slurm, "local"), 120)
         assert all([c.state for c in h.copies] == ["queued", "queued"] for h in hs)
+        # acknowledged off the submitter's path (a copy submitted while its function's
+        # registration was still out goes in a later batch of the SDK)
+        until(
+            "the Delta copies' ids",
+            lambda: None not in {h.copies[0].compute_task_id for h in hs},
+            60,
+        )
         delta_tids = {h.copies[0].compute_task_id for h in hs}
-        assert None not in delta_tids
         slurm.run("local", ["scancel", f"--name={HOLD}"])
         for h in hs:
             r = coord.get_result(h, timeout_s=240)

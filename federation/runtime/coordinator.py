@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from federation.core.envelope import ResourceEnvelope, Shape
@@ -41,7 +40,6 @@ from federation.runtime.holds import Holds
 from federation.runtime.hooks import Hook, HookRunner
 from federation.runtime.lifecycle import Lifecycle
 from federation.runtime.milestones import Milestones, MilestoneWatcher
-from federation.runtime.probing import probe_sites
 from federation.runtime.recovery import Recovery
 from federation.runtime.registry import TaskRegistry
 from federation.runtime.reports import Reports
@@ -67,12 +65,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PROBE_INTERVAL_S = 0.0
 """How long ``submit_task`` reuses a snapshot by default (0: a fresh probe round each time,
-unless a round now would wait for the SDK's throttle: see :data:`PROBE_ROUNDS_PER_WINDOW`)."""
-PROBE_ROUNDS_PER_WINDOW = (4, 16.0)
-"""The SDK's own client-side limit (``Executor.api_burst_limit`` submissions per
-``api_burst_window_s``): a probe round is one submission per site, so in a burst of
-``submit_task`` calls, once this many rounds ran within the window the latest snapshot is
-reused (with the coordinator's own placements laid over it) rather than waiting seconds."""
+unless a round now would wait for the SDK's throttle: see
+:data:`~federation.runtime.freshness.PROBE_ROUNDS_PER_WINDOW`)."""
 CLOSE_DRAIN_S = 30.0
 """How long closing a durable coordinator waits for the SDK to send (and the service to
 acknowledge) what ``submit_task`` returned before, so the store names each task's id."""
@@ -90,7 +84,7 @@ class Coordinator:
             coordinator's own placements since are laid over it). A probe round is one
             request per site to the Globus Compute service, whose SDK allows 4 per 16 s
             per executor before it throttles: past that, a burst reuses the latest snapshot
-            instead of waiting (:data:`PROBE_ROUNDS_PER_WINDOW`).
+            instead of waiting (:data:`~federation.runtime.freshness.PROBE_ROUNDS_PER_WINDOW`).
         max_stale_s: ``submit_task`` places on the latest snapshot up to this old (and
             starts a fresh round in the background once it is older than
             ``probe_interval_s``) rather than wait for a probe round on the caller's path;
@@ -135,9 +129,6 @@ class Coordinator:
         self.probe_interval_s = probe_interval_s
         self._probing = Freshness(self, max_stale_s)
         """The snapshot ``submit_task`` places on: probed in the background when stale."""
-        self._probe_rounds: dict[str, list[float]] = {}
-        """When each site was last probed (the latest rounds only, per site's executor)."""
-        """When the latest probe rounds began (monotonic; at most the SDK's burst)."""
         self.telemetry = telemetry
         self._owned: list[Store | Telemetry] = []
         self.closing = False
@@ -204,27 +195,9 @@ class Coordinator:
         return self._probe(list(self.backends))
 
     def _probe(self, names: list[str]) -> FederationSnapshot:
-        """Probe ``names``; the latest snapshot keeps the other sites as they were probed
-        (each site's ``taken_at`` is its own; the snapshot's is the oldest)."""
-        now = time.monotonic()
-        for name in names:
-            rounds = self._probe_rounds.setdefault(name, [])
-            rounds.append(now)
-            del rounds[: -PROBE_ROUNDS_PER_WINDOW[0]]
-        probed = probe_sites({n: self.backends[n] for n in names}, self.probe_timeout_s)
-        fresh = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(probed))
-        last = self._last_snapshot
-        snap = fresh
-        if len(names) < len(self.backends) and last is not None:
-            by_name = {x.site: x for x in last.sites} | {x.site: x for x in probed}
-            sites = tuple(by_name[n] for n in self.backends if n in by_name)
-            snap = FederationSnapshot(taken_at=min(x.taken_at for x in sites), sites=sites)
-        self._last_snapshot = snap
-        if self.learned is not None:
-            self.learned.look(fresh)
-        if self.telemetry is not None:
-            self.telemetry.record(fresh)
-        return snap
+        """Probe ``names`` now (:meth:`Freshness.probe
+        <federation.runtime.freshness.Freshness.probe>`; tests' in-process sites replace it)."""
+        return self._probing.probe(names)
 
     def probe_ahead(self) -> None:
         """Start a probe round in the background (at connect): the first submission then
@@ -235,21 +208,9 @@ class Coordinator:
         self, max_age_s: float | None = None, sites: Iterable[str] = ()
     ) -> FederationSnapshot:
         """The last snapshot if ``sites`` (default: all) in it are younger than ``max_age_s``
-        (default: probe interval), else one with those sites probed afresh."""
-        age = self.probe_interval_s if max_age_s is None else max_age_s
-        want = [n for n in sites if n in self.backends] or list(self.backends)
-        last = self._last_snapshot
-        if last is not None:
-            now = datetime.now(UTC)
-            taken = [x.taken_at for x in last.sites if x.site in want]
-            if len(taken) == len(want) and all((now - t).total_seconds() <= age for t in taken):
-                return last
-        rounds, window_s = PROBE_ROUNDS_PER_WINDOW
-        recent = [self._probe_rounds.get(n, []) for n in want]
-        throttled = any(len(r) >= rounds and time.monotonic() - r[0] < window_s for r in recent)
-        if last is not None and max_age_s is None and throttled:
-            return last  # a round now would wait for the SDK's throttle: a burst reuses it
-        return self._probe(want)
+        (default: probe interval), else one with those sites probed afresh (in a burst, the
+        last one while a round now would wait for the SDK's throttle)."""
+        return self._probing.snapshot(max_age_s, sites)
 
     # --- submit_task ----------------------------------------------------------------------
     def submit_task(

@@ -33,7 +33,6 @@ EventKind = Literal[
     "task.milestone",
     "task.stalled",
     "task.accounted",
-    "task.accounted",
     "group.submitted",
     "group.child_replaced",
     "group.child_stalled",

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from federation.core.snapshot import FederationSnapshot
-
-if TYPE_CHECKING:
-    from federation.runtime.coordinator import Coordinator
+from federation.placement.learned import LearnedPlacement
+from federation.runtime.probing import probe_sites
+from federation.runtime.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 
+PROBE_ROUNDS_PER_WINDOW = (4, 16.0)
+"""The SDK's own client-side limit (``Executor.api_burst_limit`` submissions per
+``api_burst_window_s``): a probe round is one submission per site, so in a burst of
+``submit_task`` calls, once this many rounds ran within the window the latest snapshot is
+reused (with the coordinator's own placements laid over it) rather than waiting seconds."""
 DEFAULT_MAX_STALE_S = 30.0
 """How old a snapshot ``submit_task`` still places on while a fresh one is probed (the
 service's own snapshot cache refreshes every 15 s)."""
@@ -36,14 +42,38 @@ running all the time, and each round is one request per site, counted against th
 client request limit as the burst's own submissions."""
 
 
-class Freshness:
-    """The snapshot to place on now, refreshed behind the callers."""
+class Prober(Protocol):
+    """What :class:`Freshness` asks of the coordinator."""
 
-    def __init__(self, coord: Coordinator, max_stale_s: float = DEFAULT_MAX_STALE_S) -> None:
+    @property
+    def backends(self) -> Mapping[str, Any]: ...
+
+    probe_interval_s: float
+    probe_timeout_s: float
+    closing: bool
+    _last_snapshot: FederationSnapshot | None
+    learned: LearnedPlacement | None
+    telemetry: Telemetry | None
+
+    def snapshot(
+        self, max_age_s: float | None = None, sites: Iterable[str] = ()
+    ) -> FederationSnapshot: ...
+
+    def _probe(self, names: list[str]) -> FederationSnapshot: ...
+
+
+class Freshness:
+    """The coordinator's probe rounds: the snapshot to place on now, refreshed behind the
+    callers, and each round's own bookkeeping (the SDK's throttle, telemetry, learning)."""
+
+    def __init__(self, coord: Prober, max_stale_s: float = DEFAULT_MAX_STALE_S) -> None:
         self.coord = coord
         self.max_stale_s = max_stale_s
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._rounds: dict[str, list[float]] = {}
+        """When the latest probe rounds of each site began (monotonic; at most the SDK's
+        burst, per site's executor)."""
         self.background_rounds = 0
         """Probe rounds started behind a submission (for tests and benchmarks)."""
 
@@ -66,6 +96,52 @@ class Freshness:
                         self._refresh_behind(want)
                     return last
         return coord.snapshot(sites=want)
+
+    def probe(self, names: list[str]) -> FederationSnapshot:
+        """Probe ``names``; the latest snapshot keeps the other sites as they were probed
+        (each site's ``taken_at`` is its own; the snapshot's is the oldest)."""
+        coord = self.coord
+        now = time.monotonic()
+        with self._lock:
+            for name in names:
+                rounds = self._rounds.setdefault(name, [])
+                rounds.append(now)
+                del rounds[: -PROBE_ROUNDS_PER_WINDOW[0]]
+        probed = probe_sites({n: coord.backends[n] for n in names}, coord.probe_timeout_s)
+        fresh = FederationSnapshot(taken_at=datetime.now(UTC), sites=tuple(probed))
+        last = coord._last_snapshot
+        snap = fresh
+        if len(names) < len(coord.backends) and last is not None:
+            by_name = {x.site: x for x in last.sites} | {x.site: x for x in probed}
+            sites = tuple(by_name[n] for n in coord.backends if n in by_name)
+            snap = FederationSnapshot(taken_at=min(x.taken_at for x in sites), sites=sites)
+        coord._last_snapshot = snap
+        if coord.learned is not None:
+            coord.learned.look(fresh)
+        if coord.telemetry is not None:
+            coord.telemetry.record(fresh)
+        return snap
+
+    def snapshot(self, max_age_s: float | None, sites: Iterable[str]) -> FederationSnapshot:
+        """The last snapshot if ``sites`` (default: all) in it are younger than ``max_age_s``
+        (default: the probe interval), else one with those sites probed afresh; in a burst,
+        the last one while a round now would wait for the SDK's throttle."""
+        coord = self.coord
+        age = coord.probe_interval_s if max_age_s is None else max_age_s
+        want = [n for n in sites if n in coord.backends] or list(coord.backends)
+        last = coord._last_snapshot
+        if last is not None:
+            now = datetime.now(UTC)
+            taken = [x.taken_at for x in last.sites if x.site in want]
+            if len(taken) == len(want) and all((now - t).total_seconds() <= age for t in taken):
+                return last
+        rounds, window_s = PROBE_ROUNDS_PER_WINDOW
+        with self._lock:
+            recent = [list(self._rounds.get(n, [])) for n in want]
+        throttled = any(len(r) >= rounds and time.monotonic() - r[0] < window_s for r in recent)
+        if last is not None and max_age_s is None and throttled:
+            return last  # a round now would wait for the SDK's throttle: a burst reuses it
+        return coord._probe(want)
 
     def start(self) -> None:
         """Probe every site in the background now (at connect: the first submission then
