@@ -89,6 +89,35 @@ def test_a_starting_block_is_waited_for_until_it_is_predicted_up() -> None:
     assert "warm block: ours, starting here (predicted up in 15 s" in d.chosen.why
 
 
+def test_a_late_starting_block_is_taken_to_need_as_long_again() -> None:
+    blocks = WarmBlocks()
+    warm = _smallest_at("anvil")
+    blocks.opened("t1", warm, NOW - timedelta(seconds=25), ready_in_s=15.0, cold=True)
+    pol = _auto(ColdStart(blocks, ColdStarts()))[0]
+    d = pol.decide(SQUARE, SPECS, _fed(), NOW)
+    assert d.chosen.shape == warm and d.chosen.predicted_wait_s == pytest.approx(10.0)
+    assert "starting here (10 s later than predicted" in d.chosen.why
+    later = pol.decide(SQUARE, SPECS, _fed(), NOW + timedelta(seconds=15))  # 25 s late
+    assert later.chosen.site != "anvil" and later.chosen.cold_start_s == DEFAULT_COLD_START_S
+
+
+def test_our_own_tasks_of_a_warm_shape_are_not_jobs_queued_ahead_of_the_next_one() -> None:
+    """Vista's gg lets one user run 20 jobs: laid over the snapshot, 150 calls of a map are
+    150 jobs and the twin says the next one waits. They share the shape's blocks: no wait."""
+    blocks = WarmBlocks()
+    warm = _smallest_at("vista")
+    shipped = [(warm, NOW + timedelta(milliseconds=i + 1)) for i in range(150)]
+    for i, (_, at) in enumerate(shipped):
+        blocks.opened(f"t{i}", warm, at, ready_in_s=20.0, cold=i == 0)
+    seen = with_own_jobs(_fed(), shipped)
+    at = NOW + timedelta(seconds=1)
+    plain = _auto()[0].decide(SQUARE, SPECS, seen, at)
+    as_jobs = next(c for c in plain.candidates if c.shape == warm)
+    assert as_jobs.predicted_wait_s == 3600  # behind 20 of its own jobs run to their limit
+    d = _auto(ColdStart(blocks, ColdStarts()))[0].decide(SQUARE, SPECS, seen, at)
+    assert d.chosen.shape == warm and d.chosen.predicted_wait_s == pytest.approx(19.0, abs=0.01)
+
+
 def test_learned_runtimes_alone_move_a_map_off_its_block_and_the_charge_keeps_it() -> None:
     """How issue 33's map left its first shape: once its first calls ran, the runtime model
     predicts a bigger shape faster (its prior speedup per doubling of CPUs; an untried

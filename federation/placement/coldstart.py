@@ -25,8 +25,8 @@ five sites, each paying its block start-ups (131.7 s to the last result, issue 3
   says how much of the wait that is; its ``why`` says ``cold start +N s``): the wait is
   the time from shipping to the task's start, as the runtime measures it (queued past
   prediction, overdue). A warm one waits for its block instead of a new Slurm job
-  (``why``: ``warm block ...``): until the starting block is predicted up (or its queue
-  wait, if longer), then behind the tasks of ours already on it.
+  (``why``: ``warm block ...``): until the starting block is predicted up (a block late
+  past that is taken to need as long again), then behind the tasks of ours already on it.
 
 Only a coordinator's placements are charged (``Coordinator._placer``); the replay's
 simulated sites have no endpoints (every copy is its own job there), so its policies are
@@ -80,7 +80,9 @@ class BlockState:
     up: bool
     """A block is up (a task of the shape started); else one is starting."""
     ready_in_s: float
-    """When the starting block is predicted up, from now (0 once up)."""
+    """When the starting block is predicted up, from now (0 once up, or late)."""
+    late_s: float
+    """How long a starting block is past the time it was predicted up (0 once up)."""
     open_tasks: int
     """Tasks of ours shipped to the shape and not ended."""
 
@@ -187,8 +189,10 @@ class WarmBlocks:
             if not self._alive(b, shape, now):
                 del self._blocks[shape]
                 return None
-            ready = 0.0 if b.up else max(0.0, (b.ready_at - now).total_seconds())
-            return BlockState(up=b.up, ready_in_s=ready, open_tasks=len(b.open))
+            ahead = 0.0 if b.up else (b.ready_at - now).total_seconds()
+            return BlockState(
+                up=b.up, ready_in_s=max(0.0, ahead), late_s=max(0.0, -ahead), open_tasks=len(b.open)
+            )
 
     def _alive(self, b: _Blocks, shape: Shape, now: datetime) -> bool:
         if not b.open:  # idle: up for the idle time after its last task
@@ -272,18 +276,20 @@ class ColdStart:
             if st.up:
                 wait = backlog
                 why = f"warm block: ours, up here ({st.open_tasks} task(s) of ours open on it"
-            else:
-                wait = max(st.ready_in_s, c.predicted_wait_s) + backlog
+            else:  # a late block is taken to need as long again (as the late board does)
+                wait = st.ready_in_s + st.late_s + backlog
+                when = f"predicted up in {st.ready_in_s:.0f} s"
+                if st.late_s:
+                    when = f"{st.late_s:.0f} s later than predicted"
                 why = (
-                    f"warm block: ours, starting here (predicted up in {st.ready_in_s:.0f} s; "
+                    f"warm block: ours, starting here ({when}; "
                     f"{st.open_tasks} task(s) of ours waiting for it"
                 )
             if backlog > 0:
                 why += f"; {backlog:.0f} s of them ahead over {blocks} block(s)"
-            # Slurm's plan has no say over a block that is up; a starting one may wait longer
-            bound = c.wait_bound_s
-            if bound is not None:
-                bound = wait if st.up else max(wait, bound)
+            # no new job: neither the queue's prediction for one (which counts our own tasks
+            # of this shape as jobs of their own) nor Slurm's plan for it has a say
+            bound = None if c.wait_bound_s is None else wait
             update = {
                 "predicted_wait_s": wait,
                 "wait_q90_s": wait,
