@@ -6,7 +6,10 @@ logs, manifests, SQLite databases and their write-ahead logs) for every token is
 client secret set during the run, and for token-shaped text
 (:mod:`federation.security.scan`). A finding fails the session (exit status 1) with a
 report naming each file and offset, and the secret's first characters only.
-``FEDERATION_SECRET_SCAN=0`` turns it off.
+``FEDERATION_SECRET_SCAN=0`` turns it off. Under pytest-xdist (``-n N``, as ``scripts/test``
+runs) the workers hand the secrets they saw to the controller, which scans once, its
+basetemp holding every worker's; and every test on the real federation runs on one worker,
+serially, beside the others (:data:`SLURM_GROUP`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,71 @@ def coord(local: Any) -> Iterator[Any]:
         c.close()
         if local.service is not None:
             local.service.close()
+
+
+# --- parallel runs (pytest-xdist) ------------------------------------------------------------
+
+SLURM_GROUP = "slurm"
+"""The work unit of every test on the real federation under xdist (``-n N``): one worker
+runs them all, one after another, in collection order (they share its clusters, endpoints
+and queues), while the other workers share out the rest, module by module
+(``scripts/test`` runs ``-n 3``; docs/getting-started.md). xdist's own ``loadgroup`` names
+grouped tests by editing a private attribute pytest 9 no longer reads, so the grouping is
+done here: each worker writes the node ids of the federation's tests to a file the
+controller's scheduler reads."""
+
+_SLURM_IDS_KEY = "federation_slurm_ids"
+
+
+def _on_the_federation(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slurm") is not None or "local_federation" in getattr(
+        item, "fixturenames", ()
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Controller: tell each worker where to write the federation's tests' node ids."""
+    basetemp = node.config._tmp_path_factory.getbasetemp()
+    node.workerinput[_SLURM_IDS_KEY] = str(Path(basetemp) / "slurm-nodeids.txt")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Worker: write the node ids of the tests on the real federation (every worker
+    collects the same; the last write wins, whole)."""
+    where = getattr(config, "workerinput", {}).get(_SLURM_IDS_KEY)
+    if where is None:
+        return
+    ids = "".join(f"{item.nodeid}\n" for item in items if _on_the_federation(item))
+    part = Path(f"{where}.{config.workerinput['workerid']}")  # type: ignore[attr-defined]
+    part.write_text(ids)
+    os.replace(part, where)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Controller: module-by-module scheduling (xdist's ``loadscope``) but for the tests on
+    the real federation, which are one unit (any ``--dist`` mode but ``each``)."""
+    if config.getoption("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FederationScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        slurm_ids: set[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.slurm_ids is None:  # read once every worker has collected
+                basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+                where = Path(basetemp) / "slurm-nodeids.txt"
+                if not where.exists():
+                    raise pytest.UsageError(f"no worker wrote {where}: cannot group Slurm tests")
+                self.slurm_ids = set(where.read_text().splitlines())
+            if nodeid in self.slurm_ids:
+                return SLURM_GROUP
+            return str(super()._split_scope(nodeid))
+
+    return FederationScheduling(config, log)
 
 
 def _release_leaked_sdk_executors() -> list[str]:
@@ -203,8 +271,22 @@ def _scanned_places(session: pytest.Session) -> tuple[list[Path], list[Path]]:
     return whole, [federation_home()]
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """An xdist worker ended: its secrets join the controller's, whose scan covers the
+    workers' temporary folders (under its basetemp) and the federation home."""
+    for secret in getattr(node, "workeroutput", {}).get("federation_secrets", ()):
+        _REGISTRY.add(secret)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller scans, once, for all
+        _REGISTRY.add_environment()
+        workeroutput["federation_secrets"] = sorted(_REGISTRY.secrets)
+        config._federation_exitstatus = session.exitstatus  # type: ignore[attr-defined]
+        return
     if os.environ.get("FEDERATION_SECRET_SCAN", "1") != "0" and not config.option.collectonly:
         from federation.security.scan import scan
 

@@ -200,7 +200,7 @@ def test_clean(tmp_path):
 """
 
 
-def _child_session(where: Path, select: str) -> subprocess.CompletedProcess[str]:
+def _child_session(where: Path, select: str, *extra: str) -> subprocess.CompletedProcess[str]:
     shutil.copy(ROOT / "tests" / "conftest.py", where / "conftest.py")
     (where / "test_child.py").write_text(CHILD_TEST)
     (where / "home").mkdir(exist_ok=True)
@@ -216,6 +216,7 @@ def _child_session(where: Path, select: str) -> subprocess.CompletedProcess[str]
             select,
             "--basetemp",
             str(where / "basetemp"),
+            *extra,
             str(where / "test_child.py"),
         ],
         cwd=where,
@@ -237,3 +238,18 @@ def test_a_session_that_leaves_a_token_on_disk_fails(planted: Path) -> None:
     clean = _child_session(planted, "clean")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "finding(s): clean" in clean.stdout
+
+
+def test_a_parallel_session_scans_what_every_worker_wrote(planted: Path) -> None:
+    """Under pytest-xdist (``scripts/test`` runs ``-n 3``) each worker hands the secrets it
+    saw to the controller, whose one scan covers every worker's temporary folder: a token
+    issued and leaked in a worker is found and named as a known secret, and the session
+    fails."""
+    pytest.importorskip("xdist", reason="pytest-xdist (the dev extra) is not installed")
+    leaky = _child_session(planted, "logs_a_token or clean", "-n", "2")
+    out = leaky.stdout + leaky.stderr
+    assert leaky.returncode == 1, out
+    assert "2 passed" in out, out  # both tests ran, on the workers
+    assert "secrets left on disk" in out and "leak.log" in out and "popen-gw" in out, out
+    assert "fedtok_" in out and "known secret" in out, out
+    assert TOKEN_RE.search(out) is None, "the report printed a whole token"
