@@ -61,8 +61,9 @@ class ThreadSite:
                 return
             assert self.coord is not None
             # like a real site: the job starts after the submission was acknowledged
+            reg = self.coord._registry  # the lookups a start report itself makes
             for _ in range(500):
-                if any(h.compute_task_id == tid for h in self.coord.handles()):
+                if reg.handle_for_compute_id(tid) or reg.copy_for_compute_id(tid):
                     break
                 time.sleep(0.002)
             self.coord.notify_started(tid, str(next(_JOBS)))

@@ -33,6 +33,10 @@ class _NoStartReports:
     def handles(self) -> list[Any]:
         return self.coord.handles()
 
+    @property
+    def _registry(self) -> Any:
+        return self.coord._registry
+
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
         pass
 
