@@ -167,10 +167,12 @@ class BlockSite(ThreadSite):
         return {"partition": shape.partition, "cpus": shape.cpus, "walltime": shape.walltime_s}
 
 
-def block_coordinator(sites: tuple[str, ...] = ("local", "delta")) -> FixedCoordinator:
+def block_coordinator(
+    sites: tuple[str, ...] = ("local", "delta"), telemetry: Telemetry | None = None
+) -> FixedCoordinator:
     """:func:`inprocess_coordinator` over :class:`BlockSite` sites."""
     backends = [BlockSite(s) for s in load_sites(list(sites))]
-    coord = FixedCoordinator(backends, telemetry=Telemetry(":memory:"))
+    coord = FixedCoordinator(backends, telemetry=telemetry or Telemetry(":memory:"))
     for b in backends:
         b.coord = coord
     return coord

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from inprocess import block_coordinator, inprocess_coordinator
@@ -25,6 +26,7 @@ from federation.placement.coldstart import (
 from federation.placement.learned import LearnedPlacement
 from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy, with_cold_start
+from federation.runtime.telemetry import Telemetry
 from federation.runtime.warmth import warmth_of
 
 SQUARE = ResourceEnvelope(  # what drafting gives functions.workloads.square
@@ -278,3 +280,28 @@ def test_a_group_of_tiny_children_lands_on_one_shape_unless_it_asks_for_distinct
         assert {c.handle.site for c in apart.children} == {"local", "delta"}
     finally:
         coord.close()
+
+
+def test_measured_cold_starts_are_kept_for_the_next_coordinator(tmp_path: Path) -> None:
+    kept = Telemetry(tmp_path / "telemetry.db")
+    first = block_coordinator(telemetry=kept)
+    try:
+        env = ResourceEnvelope(sites=("delta",), walltime_s=600)
+        assert first.result_value(first.submit_task(PythonTask(square, (5,)), env), 30) == 25
+        measured = warmth_of(first).starts.figures()
+        assert set(measured) == {"delta"}
+    finally:
+        first.close()
+        kept.close()
+    again = Telemetry(tmp_path / "telemetry.db")
+    nxt = block_coordinator(telemetry=again)
+    try:
+        d = nxt.plan(ResourceEnvelope(walltime_s=600))
+        delta = next(c for c in d.candidates if c.site == "delta")
+        assert delta.cold_start_s == pytest.approx(measured["delta"])
+        assert "median of 1 measured here" in delta.why
+        local = next(c for c in d.candidates if c.site == "local")
+        assert local.cold_start_s == DEFAULT_COLD_START_S  # nothing measured there yet
+    finally:
+        nxt.close()
+        again.close()

@@ -19,6 +19,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     "CREATE TABLE IF NOT EXISTS site_snapshots (site TEXT NOT NULL, taken_at TEXT NOT NULL,"
     " reachable INTEGER NOT NULL, body TEXT NOT NULL);\n"
     "CREATE INDEX IF NOT EXISTS snap_site_time ON site_snapshots(site, taken_at);",
+    # a block's start-up measured at a site (federation.runtime.warmth)
+    "CREATE TABLE IF NOT EXISTS cold_starts (site TEXT NOT NULL, at TEXT NOT NULL,"
+    " seconds REAL NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS cold_site_time ON cold_starts(site, at);",
 )
 """The telemetry store's schema, version by version (``PRAGMA user_version``)."""
 
@@ -44,6 +48,26 @@ class Telemetry:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def record_cold_start(self, site: str, seconds: float, at: datetime) -> None:
+        """A block's start-up measured at ``site`` (:mod:`federation.runtime.warmth`)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO cold_starts VALUES (?, ?, ?)", (site, at.isoformat(), seconds)
+            )
+
+    def cold_starts(self, keep: int) -> dict[str, list[float]]:
+        """Each site's latest ``keep`` measured cold starts, oldest first."""
+        q = (
+            "SELECT site, seconds FROM (SELECT site, at, seconds, ROW_NUMBER() OVER"
+            " (PARTITION BY site ORDER BY at DESC) AS n FROM cold_starts) WHERE n <= ?"
+            " ORDER BY site, at"
+        )
+        out: dict[str, list[float]] = {}
+        with self._lock:
+            for site, seconds in self._db.execute(q, (keep,)):
+                out.setdefault(site, []).append(float(seconds))
+        return out
 
     def sites(self, site: str | None = None, since: datetime | None = None) -> list[SiteSnapshot]:
         q = "SELECT body FROM site_snapshots WHERE 1=1"

@@ -4,7 +4,8 @@ The placement step (:mod:`federation.placement.coldstart`) charges a cold block'
 where no block of the shape is warm. What is warm is read here from the coordinator's own
 task events: ``task.queued`` (a task shipped to its shape, and to each hedge copy's),
 ``task.copy_added``, ``task.started`` (a block of the shape is up; the first task of a cold
-shape measures the site's cold start) and ``task.completed`` / ``task.failed`` (the block
+shape measures the site's cold start, kept in the coordinator's telemetry, from which the
+next coordinator starts) and ``task.completed`` / ``task.failed`` (the block
 idles once its last task of ours ended, and is released after the endpoint's idle time).
 
 Only sites that run a shape's tasks on blocks (:func:`runs_blocks`: Globus Compute
@@ -16,6 +17,8 @@ charged as cold).
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import weakref
 from typing import TYPE_CHECKING, Protocol
@@ -33,9 +36,12 @@ if TYPE_CHECKING:
     from federation.runtime.callers import CallerSites
     from federation.runtime.events import EventBus
     from federation.runtime.handles import TaskHandle
+    from federation.runtime.telemetry import Telemetry
     from federation.sites.backend import SiteBackend
 
 __all__ = ["Warmth", "runs_blocks", "warmth_of"]
+
+logger = logging.getLogger(__name__)
 
 
 class Host(Protocol):
@@ -44,6 +50,7 @@ class Host(Protocol):
     backends: dict[str, SiteBackend]
     events: EventBus
     caller_sites: CallerSites | None
+    telemetry: Telemetry | None
     _handles: dict[str, TaskHandle]
 
 
@@ -58,7 +65,7 @@ def warmth_of(host: Host) -> Warmth:
         made = _MADE.get(host)
         if made is None:
             blocks = frozenset(n for n, b in host.backends.items() if runs_blocks(b))
-            made = Warmth(host.events, host._handles, host.caller_sites, blocks)
+            made = Warmth(host.events, host._handles, host.caller_sites, blocks, host.telemetry)
             _MADE[host] = made
         return made
 
@@ -83,12 +90,19 @@ class Warmth:
         handles: dict[str, TaskHandle],
         caller_sites: CallerSites | None = None,
         block_sites: frozenset[str] | None = None,
+        telemetry: Telemetry | None = None,
         idle_s: float = DEFAULT_BLOCK_IDLE_S,
     ) -> None:
         self.handles = handles
         self.caller_sites = caller_sites
+        self.telemetry = telemetry
+        """Where measured cold starts are kept, and read back by the next coordinator."""
         self.blocks = WarmBlocks(idle_s)
         self.starts = ColdStarts()
+        if telemetry is not None:  # the deployment's own measurements, latest first kept
+            for site, seen in telemetry.cold_starts(self.starts.keep).items():
+                for secs in seen:
+                    self.starts.observe(site, secs)
         self.step = ColdStart(self.blocks, self.starts, block_sites)
         """What the coordinator's placer is given (``Policy.cold_start``)."""
         events.subscribe(self._on_event)
@@ -105,7 +119,7 @@ class Warmth:
         if ev.kind == "task.started":
             secs = None if ev.site is None else self.blocks.started(h.id, ev.site, ev.at)
             if ev.site is not None and secs is not None:
-                self.starts.observe(ev.site, secs)
+                self._measured(ev.site, secs, ev)
             return
         if ev.kind == "task.copy_added":
             if h.copies:
@@ -113,6 +127,14 @@ class Warmth:
             return
         for c in (h.decision.chosen, *h.decision.hedges):
             self._opened(h.id, c, ev)
+
+    def _measured(self, site: str, secs: float, ev: Event) -> None:
+        self.starts.observe(site, secs)
+        if self.telemetry is not None:
+            try:
+                self.telemetry.record_cold_start(site, secs, ev.at)
+            except sqlite3.Error as e:  # closed with its coordinator meanwhile: not kept
+                logger.debug("cold start at %s not kept: %s", site, e)
 
     def _opened(self, key: str, c: Candidate, ev: Event) -> None:
         self.blocks.opened(
