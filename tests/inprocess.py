@@ -57,6 +57,7 @@ class ThreadSite:
         def run() -> None:
             if self.gate is not None:
                 self.gate.wait(30)
+            self.before_start(shape)
             if not fut.set_running_or_notify_cancel():
                 return
             assert self.coord is not None
@@ -77,6 +78,9 @@ class ThreadSite:
         return fut
 
     can_cancel = True
+
+    def before_start(self, shape: Shape) -> None:
+        """What a task waits for before it starts (nothing here; see :class:`BlockSite`)."""
 
     def cancel(self, task_id: str) -> bool:
         f = self._futures.get(task_id)
@@ -158,13 +162,31 @@ def inprocess_coordinator(
 
 
 class BlockSite(ThreadSite):
-    """A :class:`ThreadSite` that says it runs a shape's tasks on blocks of their own, as a
-    Globus Compute endpoint does (``shape_config``: one config per shape), so that the
-    coordinator charges its cold blocks (:mod:`federation.runtime.warmth`); its tasks still
-    start at once, on threads."""
+    """A :class:`ThreadSite` that runs a shape's tasks on a block of their own, as a Globus
+    Compute endpoint does (``shape_config``: one config per shape), so that the coordinator
+    charges its cold blocks (:mod:`federation.runtime.warmth`): a shape's first task waits
+    ``boot_s`` for its block, which then stays up while tasks come (and ``idle_s`` after)."""
+
+    boot_s = 0.3
+    idle_s = 5.0
+
+    def __init__(self, spec: SiteSpec, gate: threading.Event | None = None) -> None:
+        super().__init__(spec, gate)
+        self._lock = threading.Lock()
+        self._up: dict[Shape, float] = {}
+        """When each shape's block was last busy (monotonic)."""
 
     def shape_config(self, shape: Shape) -> dict[str, Any]:
         return {"partition": shape.partition, "cpus": shape.cpus, "walltime": shape.walltime_s}
+
+    def before_start(self, shape: Shape) -> None:
+        with self._lock:
+            now = time.monotonic()
+            up_at = self._up.get(shape)
+            if up_at is None or now - up_at > self.idle_s:
+                up_at = now + self.boot_s  # its block's batch job and worker pool start
+            self._up[shape] = max(up_at, now)
+        time.sleep(max(0.0, up_at - now))  # until the block is up
 
 
 def block_coordinator(

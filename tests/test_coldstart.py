@@ -52,17 +52,21 @@ def square(x: int) -> int:
 
 def test_every_cold_candidate_pays_its_sites_figure_and_the_trace_says_so() -> None:
     starts = ColdStarts()
-    starts.observe("local", 6.0)  # measured at local; every other site has the default
+    starts.observe("local", 6.0)  # measured at local and delta; the others take their median
+    starts.observe("delta", 30.0)
     pol, _ = _auto(ColdStart(WarmBlocks(), starts))
     d = pol.decide(SQUARE, SPECS, _fed(), NOW)
     assert (d.chosen.site, d.chosen.partition) == ("local", "debug")
     assert d.chosen.cold_start_s == 6.0 and d.chosen.predicted_wait_s == 6.0
-    others = [c for c in d.candidates if c.site != "local"]
-    assert others and all(c.cold_start_s == DEFAULT_COLD_START_S for c in others)
-    assert all(c.predicted_wait_s == DEFAULT_COLD_START_S for c in others)  # idle queues
+    delta = [c for c in d.candidates if c.site == "delta"]
+    assert delta and all(c.cold_start_s == c.predicted_wait_s == 30.0 for c in delta)
+    others = [c for c in d.candidates if c.site not in ("local", "delta")]
+    assert others and all(c.cold_start_s == c.predicted_wait_s == 18.0 for c in others)
     text = d.explain()
     assert "cold start +6 s (no block of this shape here: median of 1 measured here)" in text
-    assert "cold start +20 s (no block of this shape here: the default" in text
+    assert "cold start +18 s (no block of this shape here: none measured here: the median" in text
+    fresh = _auto(ColdStart(WarmBlocks(), ColdStarts()))[0].decide(SQUARE, SPECS, _fed(), NOW)
+    assert "cold start +20 s (no block of this shape here: the default" in fresh.explain()
     plain = _auto()[0].decide(SQUARE, SPECS, _fed(), NOW)  # no charge: the tie-break decides
     assert plain.chosen.site == "delta" and plain.chosen.cold_start_s == 0
 
@@ -224,6 +228,8 @@ def test_a_sites_figure_is_the_median_of_its_latest_measured_cold_starts() -> No
         starts.observe("delta", s)
     assert starts.figure("delta") == (5.0, "median of 3 measured here")
     assert starts.figures() == {"delta": 5.0}
+    starts.observe("local", 9.0)  # a site measured nowhere else is taken as the others are
+    assert starts.figure("vista") == (7.0, "none measured here: the median of 2 other site(s)")
 
 
 def test_only_a_coordinators_placer_charges_cold_starts_and_only_where_blocks_start() -> None:
@@ -301,7 +307,8 @@ def test_measured_cold_starts_are_kept_for_the_next_coordinator(tmp_path: Path) 
         assert delta.cold_start_s == pytest.approx(measured["delta"])
         assert "median of 1 measured here" in delta.why
         local = next(c for c in d.candidates if c.site == "local")
-        assert local.cold_start_s == DEFAULT_COLD_START_S  # nothing measured there yet
+        assert local.cold_start_s == pytest.approx(measured["delta"])  # as the site measured
+        assert "none measured here" in local.why
     finally:
         nxt.close()
         again.close()

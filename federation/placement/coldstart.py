@@ -18,7 +18,8 @@ five sites, each paying its block start-ups (131.7 s to the last result, issue 3
   is open and for the idle time after the last one ends, and cold otherwise.
 * :class:`ColdStarts`: each site's cold-start figure: the median of the latest start-ups
   measured there (from a task's shipment to its start, for a task that opened a cold
-  shape, less its predicted queue wait), else :data:`DEFAULT_COLD_START_S`.
+  shape, less its predicted queue wait), else the median of the other sites' figures, else
+  :data:`DEFAULT_COLD_START_S`.
 * :class:`ColdStart`: the placement step (``Policy.cold_start``, given by
   :func:`~federation.placement.policies.with_cold_start`): a cold candidate's predicted
   wait (and its Slurm-plan bound) is charged its site's figure (``Candidate.cold_start_s``
@@ -222,12 +223,19 @@ class ColdStarts:
             self._seen.setdefault(site, deque(maxlen=self.keep)).append(seconds)
 
     def figure(self, site: str) -> tuple[float, str]:
-        """The site's cold start in seconds, and where the figure comes from."""
+        """The site's cold start in seconds, and where the figure comes from: the median of
+        its own measurements; at a site with none, the median of the other sites' figures
+        (the federation's typical start-up: trying an unmeasured site costs a whole batch's
+        blocks, so it is not taken to be faster); with none anywhere, the default."""
         with self._lock:
             seen = list(self._seen.get(site, ()))
-        if not seen:
-            return self.default_s, "the default, none measured here yet"
-        return statistics.median(seen), f"median of {len(seen)} measured here"
+            others = [statistics.median(v) for s, v in self._seen.items() if s != site and v]
+        if seen:
+            return statistics.median(seen), f"median of {len(seen)} measured here"
+        if others:
+            n = len(others)
+            return statistics.median(others), f"none measured here: the median of {n} other site(s)"
+        return self.default_s, "the default, none measured here yet"
 
     def figures(self) -> dict[str, float]:
         """Every site's measured figure (sites with no measurement left out)."""

@@ -206,8 +206,9 @@ class FederatedExecutor(concurrent.futures.Executor):
         results in order, ``timeout`` counted from this call, the calls not yet done
         cancelled if the iteration stops early), placed as one batch.
 
-        The batch is placed from one snapshot (taken by its first placement, reused for up
-        to :data:`BATCH_SNAPSHOT_MAX_AGE_S`), not one probe per call: each later call sees
+        The batch is placed from one snapshot (the one its first call was placed on: the
+        coordinator's latest, or the probe round already in flight; reused for up to
+        :data:`BATCH_SNAPSHOT_MAX_AGE_S`), not one probe per call: each later call sees
         the earlier ones, as the coordinator's own jobs laid over that snapshot and as the
         blocks they keep warm, so a map of short calls lands where a block of its shape is
         already up or starting rather than paying a cold start at every site
@@ -248,13 +249,13 @@ class FederatedExecutor(concurrent.futures.Executor):
         fut = TaskFuture(coord)
         task = PythonTask(fn, tuple(args), dict(kwargs))
 
-        def prepare() -> tuple[ResourceEnvelope, FederationSnapshot]:
+        def prepare() -> tuple[ResourceEnvelope, FederationSnapshot | None]:
             env = self.envelope_for(fn, envelope=envelope, hints=th)
             if batch is not None:
-                return env, batch.snapshot_for(coord, self.snapshot_max_age_s)
+                return env, batch.snapshot_for(coord, env.sites)
             return env, coord.snapshot(max_age_s=self.snapshot_max_age_s)
 
-        def ship(prepared: tuple[ResourceEnvelope, FederationSnapshot]) -> TaskHandle:
+        def ship(prepared: tuple[ResourceEnvelope, FederationSnapshot | None]) -> TaskHandle:
             env, snap = prepared
             return coord.submit_task(task, env, on_event=fut._on_event, snapshot=snap)
 
@@ -466,23 +467,32 @@ class FederatedExecutor(concurrent.futures.Executor):
 
 
 BATCH_SNAPSHOT_MAX_AGE_S = 300.0
-"""How long a map places its calls on the snapshot its first placement took (half the age
-past which placement refuses a site's probe)."""
+"""How long a map places its calls on the snapshot its first call was placed on (half the
+age past which placement refuses a site's probe)."""
 
 
 class _Batch:
-    """The snapshot every call of one map is placed on (used from the placement thread)."""
+    """The snapshot every call of one map is placed on (used from the placement thread).
+
+    The first call is placed on the snapshot the coordinator picks for a submission (its
+    latest, or the probe round already in flight, such as the one ``connect`` starts:
+    never a second round beside it); every later call on that same snapshot, the latest
+    (``Coordinator.snapshot``), until it is :data:`BATCH_SNAPSHOT_MAX_AGE_S` old."""
 
     def __init__(self) -> None:
+        self.first = True
         self.snapshot: FederationSnapshot | None = None
 
-    def snapshot_for(self, coord: Coordinator, max_age_s: float) -> FederationSnapshot:
+    def snapshot_for(self, coord: Coordinator, sites: Sequence[str]) -> FederationSnapshot | None:
+        if self.first:
+            self.first = False
+            return None  # submit_task's own choice
         snap = self.snapshot
         if snap is not None:
             age_s = (datetime.now(UTC) - snap.taken_at).total_seconds()
             if age_s <= BATCH_SNAPSHOT_MAX_AGE_S:
                 return snap
-        self.snapshot = snap = coord.snapshot(max_age_s=max_age_s)
+        self.snapshot = snap = coord.snapshot(max_age_s=BATCH_SNAPSHOT_MAX_AGE_S, sites=sites)
         return snap
 
 
