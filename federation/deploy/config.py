@@ -478,10 +478,12 @@ class Deployment:
         for b in backends:  # the real cloud sites: starts read from the tasks' claims
             if isinstance(b, CloudSite) and b.name not in (self.config.by_backend("local")):
                 b.on_started(coord.notify_started)
-        for b in backends:  # the functions every task uses: registered before the first
-            if isinstance(b, ComputeSite):
-                b.warm()
-        coord.probe_ahead()
+        if callers is None:  # the functions every task uses: registered before the first
+            # (where callers act as themselves, each one's sites register under their own
+            # identity when first used, never under the service's)
+            for b in backends:
+                if isinstance(b, ComputeSite):
+                    b.warm()
         if store is not None:
             coord.recover()
         return coord

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -81,8 +80,9 @@ class Registrar:
         """id(fn) -> (fn, function id); the function is kept so its id() is never reused."""
         self._lock = threading.Lock()
         self._queue: deque[_Pending] = deque()
-        self._told: weakref.WeakKeyDictionary[Executor, set[int]] = weakref.WeakKeyDictionary()
-        """Per executor, the functions whose id it was told (the SDK warns on a repeat)."""
+        self._told: dict[int, tuple[Executor, set[int]]] = {}
+        """Per executor (by id(), kept so it is not reused), the functions whose id it was
+        told (the SDK warns on a repeat)."""
         self._thread: threading.Thread | None = None
         self.requests = 0
         """Registration requests sent (one per function per client)."""
@@ -108,7 +108,7 @@ class Registrar:
     def _tell(self, ex: Executor, fn: Any, fid: str) -> None:
         """Give ``ex`` the id of ``fn`` (in memory: the executor's own cache), once."""
         with self._lock:
-            told = self._told.setdefault(ex, set())
+            told = self._told.setdefault(id(ex), (ex, set()))[1]
             if id(fn) in told:
                 return
             told.add(id(fn))
@@ -146,7 +146,7 @@ class Registrar:
                 fid = str(item.ex.register_function(item.fn))
                 with self._lock:
                     self._ids.setdefault(id(item.fn), (item.fn, fid))
-                    self._told.setdefault(item.ex, set()).add(id(item.fn))
+                    self._told.setdefault(id(item.ex), (item.ex, set()))[1].add(id(item.fn))
             if item.future is None:
                 return
             self._tell(item.ex, item.fn, fid)
@@ -158,14 +158,15 @@ class Registrar:
                 item.future.set_exception(e)
 
 
-_REGISTRARS: weakref.WeakKeyDictionary[Client, Registrar] = weakref.WeakKeyDictionary()
 _REGISTRARS_LOCK = threading.Lock()
 
 
 def registrar_for(client: Client) -> Registrar:
-    """The one registrar of ``client`` (shared by every site reached through it)."""
+    """The one registrar of ``client`` (shared by every site reached through it), kept on
+    the client itself, so it lives as long as the client does."""
     with _REGISTRARS_LOCK:
-        reg = _REGISTRARS.get(client)
-        if reg is None:
-            reg = _REGISTRARS[client] = Registrar()
+        reg = getattr(client, "_federation_registrar", None)
+        if not isinstance(reg, Registrar):
+            reg = Registrar()
+            client._federation_registrar = reg  # type: ignore[attr-defined]
         return reg
