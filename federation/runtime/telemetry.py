@@ -56,16 +56,16 @@ class Telemetry:
                 "INSERT INTO cold_starts VALUES (?, ?, ?)", (site, at.isoformat(), seconds)
             )
 
-    def cold_starts(self, keep: int) -> dict[str, list[float]]:
-        """Each site's latest ``keep`` measured cold starts, oldest first."""
+    def cold_starts(self, keep: int, since: datetime) -> dict[str, list[float]]:
+        """Each site's latest ``keep`` cold starts measured since ``since``, oldest first."""
         q = (
             "SELECT site, seconds FROM (SELECT site, at, seconds, ROW_NUMBER() OVER"
-            " (PARTITION BY site ORDER BY at DESC) AS n FROM cold_starts) WHERE n <= ?"
-            " ORDER BY site, at"
+            " (PARTITION BY site ORDER BY at DESC) AS n FROM cold_starts WHERE at >= ?)"
+            " WHERE n <= ? ORDER BY site, at"
         )
         out: dict[str, list[float]] = {}
         with self._lock:
-            for site, seconds in self._db.execute(q, (keep,)):
+            for site, seconds in self._db.execute(q, (since.isoformat(), keep)):
                 out.setdefault(site, []).append(float(seconds))
         return out
 

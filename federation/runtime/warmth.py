@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 import weakref
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from federation.placement.candidates import Candidate
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["Warmth", "runs_blocks", "warmth_of"]
 
 logger = logging.getLogger(__name__)
+
+KEEP_MEASURED_DAYS = 7
+"""A coordinator starts from the cold starts its telemetry measured in this many days."""
 
 
 class Host(Protocol):
@@ -99,8 +103,9 @@ class Warmth:
         """Where measured cold starts are kept, and read back by the next coordinator."""
         self.blocks = WarmBlocks(idle_s)
         self.starts = ColdStarts()
-        if telemetry is not None:  # the deployment's own measurements, latest first kept
-            for site, seen in telemetry.cold_starts(self.starts.keep).items():
+        if telemetry is not None:  # the deployment's own latest measurements
+            since = datetime.now(UTC) - timedelta(days=KEEP_MEASURED_DAYS)
+            for site, seen in telemetry.cold_starts(self.starts.keep, since).items():
                 for secs in seen:
                     self.starts.observe(site, secs)
         self.step = ColdStart(self.blocks, self.starts, block_sites)
