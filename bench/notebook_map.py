@@ -72,14 +72,19 @@ def warm_probes(local: Any) -> None:
 
 
 def run_federated(
-    n: int, walltime_s: int, timeout_s: float, only: tuple[str, ...] = ()
+    n: int, walltime_s: int, timeout_s: float, only: tuple[str, ...] = (), measured: bool = True
 ) -> dict[str, Any]:
+    from federation.deploy.connect import connect
     from federation.interfaces.jupyter.executor import FederatedExecutor
     from federation.runtime.warmth import warmth_of
     from functions.workloads import square
 
     t_make = time.perf_counter()
-    ex = FederatedExecutor()  # a fresh coordinator over the embedded local federation
+    if measured:
+        ex = FederatedExecutor()  # a fresh coordinator over the embedded local federation
+    else:  # as a new deployment: no telemetry, so no cold start measured anywhere yet
+        conn = connect(telemetry=False)
+        ex = FederatedExecutor(conn.coord)
     made_s = time.perf_counter() - t_make
     try:
         env = ex.draft(square).envelope.model_copy(update={"walltime_s": walltime_s, "sites": only})
@@ -111,7 +116,10 @@ def run_federated(
         ]
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+        if not measured:
+            conn.close()
     return {
+        "telemetry": measured,
         "first_placed_s": round(placed_at[0], 2),
         "last_placed_s": round(placed_at[-1], 2),
         "first_start_s": round(starts[0], 2) if starts else None,
@@ -191,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--federated-sites", default="", help="restrict the map to these sites (default: all)"
     )
+    ap.add_argument(
+        "--new-deployment",
+        action="store_true",
+        help="the federated coordinator without telemetry: no cold start measured yet",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     console = Console()
@@ -215,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()[0]
         if path == "federated":
             only = tuple(x for x in args.federated_sites.split(",") if x)
-            runs[path] = run_federated(args.tasks, wall, args.timeout_s, only)
+            runs[path] = run_federated(
+                args.tasks, wall, args.timeout_s, only, measured=not args.new_deployment
+            )
         else:
             env = drafted.model_copy(update={"walltime_s": wall})
             site = args.site

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from inprocess import block_coordinator, inprocess_coordinator
-from test_placement import NOW, SPECS, _fed
+from test_placement import NOW, SPECS, _fed, _site_snapshot, _spec
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.tasks import PythonTask
@@ -105,6 +105,20 @@ def test_a_late_starting_block_is_taken_to_need_as_long_again() -> None:
     assert "starting here (10 s later than predicted" in d.chosen.why
     later = pol.decide(SQUARE, SPECS, _fed(), NOW + timedelta(seconds=15))  # 25 s late
     assert later.chosen.site != "anvil" and later.chosen.cold_start_s == DEFAULT_COLD_START_S
+
+
+def test_a_starting_block_in_a_full_queue_waits_as_long_as_a_fresh_probe_says() -> None:
+    """A group's child queued at a full Delta, judged again on a fresh probe (no jobs of
+    ours laid over it): its block waits in that queue, not the 20 s its start was told."""
+    blocks = WarmBlocks()
+    warm = _smallest_at("delta")
+    blocks.opened("t1", warm, NOW - timedelta(seconds=5), ready_in_s=20.0, cold=True)
+    full = _fed(delta=_site_snapshot(_spec("delta"), busy={"cpu": 2}, pending={"cpu": 1}))
+    env = SQUARE.model_copy(update={"sites": ("delta",)})
+    d = _auto(ColdStart(blocks, ColdStarts()))[0].decide(env, SPECS, full, NOW)
+    here = next(c for c in d.candidates if c.shape == warm)
+    assert here.predicted_wait_s >= 3600 and here.cold_start_s == 0
+    assert "starting here (predicted up in 15 s; the queue says" in here.why
 
 
 def test_our_own_tasks_of_a_warm_shape_are_not_jobs_queued_ahead_of_the_next_one() -> None:

@@ -27,7 +27,9 @@ five sites, each paying its block start-ups (131.7 s to the last result, issue 3
   the time from shipping to the task's start, as the runtime measures it (queued past
   prediction, overdue). A warm one waits for its block instead of a new Slurm job
   (``why``: ``warm block ...``): until the starting block is predicted up (a block late
-  past that is taken to need as long again), then behind the tasks of ours already on it.
+  past that is taken to need as long again; or, when the view has none of our own jobs
+  laid over the partition, a fresh probe's, as long as the queue says a new job would
+  wait), then behind the tasks of ours already on it.
 
 Only a coordinator's placements are charged (``Coordinator._placer``); the replay's
 simulated sites have no endpoints (every copy is its own job there), so its policies are
@@ -47,6 +49,7 @@ from federation.core.envelope import Shape
 from federation.core.snapshot import FederationSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.candidates import Candidate
+from federation.placement.overlay import OWN_JOB_PREFIX
 
 __all__ = [
     "DEFAULT_BLOCK_IDLE_S",
@@ -285,18 +288,23 @@ class ColdStart:
                 wait = backlog
                 why = f"warm block: ours, up here ({st.open_tasks} task(s) of ours open on it"
             else:  # a late block is taken to need as long again (as the late board does)
-                wait = st.ready_in_s + st.late_s + backlog
+                wait = st.ready_in_s + st.late_s
                 when = f"predicted up in {st.ready_in_s:.0f} s"
                 if st.late_s:
                     when = f"{st.late_s:.0f} s later than predicted"
+                if c.predicted_wait_s > wait and not _ours_laid_over(snapshot, c):
+                    # its block waits in the queue as a new job would (a fresh probe's view)
+                    wait = c.predicted_wait_s
+                    when = f"{when}; the queue says {wait:.0f} s"
+                wait += backlog
                 why = (
                     f"warm block: ours, starting here ({when}; "
                     f"{st.open_tasks} task(s) of ours waiting for it"
                 )
             if backlog > 0:
                 why += f"; {backlog:.0f} s of them ahead over {blocks} block(s)"
-            # no new job: neither the queue's prediction for one (which counts our own tasks
-            # of this shape as jobs of their own) nor Slurm's plan for it has a say
+            # no new job: Slurm's plan for one has no say (a starting block's queue wait is
+            # in the wait above, when the view has none of our own jobs laid over it)
             bound = None if c.wait_bound_s is None else wait
             update = {
                 "predicted_wait_s": wait,
@@ -323,3 +331,18 @@ class ColdStart:
         if psnap is not None and psnap.cpus_total:
             limit = min(limit, psnap.cpus_total // max(1, c.shape.cpus * c.shape.nodes))
         return max(1, min(open_tasks, limit))
+
+
+def _ours_laid_over(snapshot: FederationSnapshot, c: Candidate) -> bool:
+    """Whether the view has our own latest submissions laid over ``c``'s partition
+    (:mod:`~federation.placement.overlay`): the queue's prediction for a new job there then
+    counts our own tasks, which share the shape's blocks, as jobs queued ahead of it."""
+    site = snapshot.site(c.site)
+    if site is None:
+        return False
+    for j in reversed(site.jobs):  # ours are last
+        if not j.job_id.startswith(OWN_JOB_PREFIX):
+            return False
+        if j.partition == c.partition:
+            return True
+    return False
