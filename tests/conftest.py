@@ -109,10 +109,37 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[_SLURM_IDS_KEY] = str(Path(basetemp) / "slurm-nodeids.txt")
 
 
+PATH_PARAMS = ("local", "path", "local_path")
+"""The parameters that name the path to the sites in the Slurm tests (``slurm_scene.BOTH_PATHS``
+parametrizes the ``local`` fixture; some tests take ``path`` or ``local_path``)."""
+
+
+def _path_of(item: pytest.Item) -> str | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((str(params[p]) for p in PATH_PARAMS if p in params), None)
+
+
+def _keep_the_marked_paths(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test of a both-paths module marked ``@pytest.mark.paths("cloud")`` runs on that
+    path only: its other path's item is deselected (counted in the summary). The test's
+    docstring says why the path it keeps stands for the other."""
+    dropped = []
+    for item in items:
+        mark = item.get_closest_marker("paths")
+        path = _path_of(item)
+        if mark is not None and path is not None and path not in mark.args:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(dropped)
+        items[:] = [item for item in items if item not in gone]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Worker: write the node ids of the tests on the real federation (every worker
-    collects the same; the last write wins, whole)."""
+    """Keep the marked paths; then, on an xdist worker, write the node ids of the tests on
+    the real federation (every worker collects the same; the last write wins, whole)."""
+    _keep_the_marked_paths(config, items)
     where = getattr(config, "workerinput", {}).get(_SLURM_IDS_KEY)
     if where is None:
         return

@@ -41,7 +41,23 @@ def fill_delta_cpu(slurm: Any, tag: str) -> None:
             ],
         )
         assert res.returncode == 0, res.stderr
-    time.sleep(1.5)  # the controller schedules them before the group is placed
+    # the controller schedules them before the group is placed
+    until(
+        "Delta's controller scheduled the fillers", lambda: scheduled(slurm, "delta", tag), 30, 0.1
+    )
+
+
+def scheduled(slurm: Any, site: str, name: str) -> bool:
+    """``site``'s controller has looked at every job named ``name`` since it was submitted:
+    one at least runs, and none waits with no reason yet (Slurm's ``None``: not considered
+    by a scheduling pass). A full partition's waiting jobs then say ``Resources`` or
+    ``Priority``, so a snapshot taken now sees the queue as it will stay."""
+    res = slurm.run(site, ["squeue", "-h", f"--name={name}", "-o", "%T %r"])
+    assert res.returncode == 0, res.stderr
+    jobs = [ln.split(None, 1) for ln in res.stdout.splitlines() if ln.strip()]
+    running = [j for j in jobs if j[0] == "RUNNING"]
+    unconsidered = [j for j in jobs if j[0] == "PENDING" and j[1:] == ["None"]]
+    return bool(running) and not unconsidered
 
 
 def until(what: str, check: Any, timeout_s: float, every_s: float = 0.5) -> None:

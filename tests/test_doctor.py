@@ -1,9 +1,9 @@
 """``federation doctor`` on the embedded federation, whose workers are as strict as a site's.
 
-Every check passes on two local sites: the probe, the workers' Python (with nothing of this
-repository importable there), a tiny task in a Slurm job, a cancelled queued task and a
-checksummed copy. A site whose probe fails is reported with the reason, and the checks that
-need it are skipped.
+Every check passes on a local site, on each path: the probe, the workers' Python (with
+nothing of this repository importable there), a tiny task in a Slurm job, a cancelled
+queued task and a checksummed copy. A site whose probe fails is reported with the
+reason, and the checks that need it are skipped.
 """
 
 from __future__ import annotations
@@ -22,19 +22,24 @@ from federation.interfaces.doctor import Doctor
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("local_path", ["embedded", "cloud"])
+@pytest.mark.parametrize(("local_path", "site"), [("embedded", "local"), ("cloud", "vista")])
 def test_doctor_passes_on_the_strict_local_sites(
-    local: Any, tmp_path_factory: pytest.TempPathFactory, local_path: str
+    local: Any, tmp_path_factory: pytest.TempPathFactory, local_path: str, site: str
 ) -> None:
     """On both paths; the cloud one is what a real deployment has (the strict stand-in of
-    the Globus service: withdrawal by claiming a task's tag first, starts from its claim)."""
+    the Globus service: withdrawal by claiming a task's tag first, starts from its claim).
+    One site per path, a different one on each: the doctor checks each site on its own
+    (no check looks at another site), so a second site on the same path would only repeat
+    the same checks through the same path; the local sites differ in their Slurm
+    configuration, which ``tests/test_localslurm.py`` checks site by site."""
     path = tmp_path_factory.mktemp("doctor") / "federation.yaml"
-    sites = "".join(f"  {s}:\n    backend: local\n" for s in ("local", "vista"))
-    path.write_text(f"home: {local.home}\nlocal_path: {local_path}\nsites:\n{sites}")
+    path.write_text(
+        f"home: {local.home}\nlocal_path: {local_path}\nsites:\n  {site}:\n    backend: local\n"
+    )
     r = CliRunner().invoke(cli_app, ["doctor", "--config", str(path), "--json"])
     assert r.exit_code == 0, r.output
     reports = json.loads(r.stdout)
-    assert [x["site"] for x in reports] == ["local", "vista"] and all(x["ok"] for x in reports)
+    assert [x["site"] for x in reports] == [site] and all(x["ok"] for x in reports)
     for report in reports:
         status = {c["check"]: (c["status"], c["detail"]) for c in report["checks"]}
         # an idle local queue may start the cancel probe before it can be withdrawn: then

@@ -9,6 +9,7 @@ and SSE, ``Last-Event-ID`` too), through the service client and the MCP tool, ne
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,27 @@ def test_a_store_is_held_by_one_service_at_a_time(tmp_path: Path) -> None:
     hold_store(store)()  # let go: the next service takes it
 
 
+def test_a_starting_service_waits_for_the_one_closing_on_its_store(tmp_path: Path) -> None:
+    """An agent restarts its MCP server at once; the old one lets go of the store once it
+    has drained: the new one waits for that (within its wait), and is refused after it."""
+    store = tmp_path / "home" / "coordinator.db"
+    release = hold_store(store)
+    timer = threading.Timer(0.5, release)
+    timer.start()
+    t0 = time.monotonic()
+    hold_store(store, wait_s=20)()
+    assert 0.4 < time.monotonic() - t0 < 20
+    timer.join()
+    release = hold_store(store)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreInUseError):
+            hold_store(store, wait_s=0.3)
+        assert time.monotonic() - t0 >= 0.3
+    finally:
+        release()
+
+
 def test_serve_and_mcp_commands_pass_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from federation.interfaces import mcp_run
     from federation.interfaces.service import server
@@ -295,9 +317,12 @@ def test_serve_and_mcp_commands_pass_in_memory(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.slurm
 def test_serve_and_mcp_build_durable_coordinators_unless_in_memory(
-    local: Any, tmp_path: Path
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from federation.deploy import connect as connect_module
     from federation.interfaces.mcp_run import embedded_ops
+
+    monkeypatch.setattr(connect_module, "STORE_HANDOVER_S", 0.5)  # the holder stays
 
     durable_service = tmp_path / "service-store" / "coordinator.db"  # not the shared home's
 

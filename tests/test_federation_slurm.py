@@ -8,7 +8,7 @@ from contextlib import suppress
 from typing import Any
 
 import pytest
-from slurm_scene import BOTH_PATHS, until
+from slurm_scene import BOTH_PATHS, scheduled, until
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import SiteUnavailableError
@@ -133,7 +133,11 @@ def test_shell_task(coord: Coordinator) -> None:
     assert r.stderr is not None and r.stderr.strip() == "own-words", r.stderr
 
 
+@pytest.mark.paths("embedded")
 def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: LocalSites) -> None:
+    """Placement reads Delta's full A100 partition from the snapshot and goes to Anvil,
+    saying why. On one path: the path only carries the probe there, and the snapshot it
+    brings is checked on both (``test_snapshot_covers_every_site_and_partition``)."""
     tag = "fed-test-fill"
     try:
         for _ in range(4):  # 2 nodes x 4 A100: two running, two pending
@@ -154,7 +158,11 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
                 ],
             )
             assert res.returncode == 0, res.stderr
-        time.sleep(1.5)
+        _wait_for(
+            "Delta's controller scheduled the fillers",
+            lambda: scheduled(local.slurm, "delta", tag),
+            30,
+        )
         env = ResourceEnvelope(gpus_min=4, gpu_types=("a100",), cpus_min=8, mem_gb_min=16)
         snap = coord.inspect_federation()
         delta = snap.site("delta")
@@ -213,12 +221,19 @@ def _offline(site: ComputeSite) -> bool:
     return True
 
 
+@pytest.mark.paths("embedded")
 @pytest.mark.parametrize(
     ("probe_fn", "needle"), [(garbage_probe, "unreadable"), (slow_probe, "timed out")]
 )
 def test_probe_garbage_or_timeout_marks_site_unhealthy(
     coord: Coordinator, probe_fn: Any, needle: str
 ) -> None:
+    """A probe answering garbage, or too late, marks the site unhealthy with the reason.
+    On one path: the coordinator judges the answer once it arrives, whichever path brought
+    it, and a probe's round trip on the cloud path is what every test there starts with
+    (``connect``). The embedded one, whose garbage answer comes back well within the 5 s
+    limit on a loaded machine (through the stand-in it was seen to take longer, and the
+    case tested the timeout twice)."""
     real = coord.backends["local"]
     assert isinstance(real, ComputeSite)
     odd = ComputeSite(
@@ -266,9 +281,14 @@ def test_endpoint_restart_mid_task_fails_it_with_the_reason(
     _wait_for("the restarted endpoint is heard again", lambda: _reachable(coord, "local"), 30)
 
 
+@pytest.mark.paths("cloud")
 def test_endpoint_loss_is_retried_on_another_allowed_site(
     coord: Coordinator, local: LocalSites
 ) -> None:
+    """A task lost with its endpoint is retried on the other allowed site and completes
+    there. On the cloud path only (what real endpoints offer): how the loss is noticed
+    differs by path, and ``test_endpoint_restart_mid_task_fails_it_with_the_reason`` checks
+    it on both; the retry that follows is the coordinator's, the same on either."""
     started = threading.Event()
     kinds: list[str] = []
 

@@ -209,6 +209,9 @@ def http_mcp(
             "--no-up",
             "--tokens",
             str(db),
+            # this module's stdio servers keep the home's store while this one lives on
+            # (module-scoped): only one coordinator may hold it (hold_store)
+            "--in-memory",
         ],
         env={**os.environ, **_server_env(home)},
         cwd=str(ROOT),

@@ -1,5 +1,5 @@
 """The three-step workflow of issue 28 through the MCP tools, as an agent drives it, on the
-local Slurm federation, on both paths (:func:`bench.workflow.three_step`): a CPU task on
+local Slurm federation, on the cloud path (:func:`bench.workflow.three_step`): a CPU task on
 Delta writes a file in the agent's workspace; a GPU task on Vista names it (from the first
 result's ``outputs``) in its envelope's ``stage_in``, and the coordinator moves it there
 before shipping the task; ``move_data`` brings the GPU step's output (named from its
@@ -42,7 +42,13 @@ def ops(local: Any) -> Iterator[Any]:
         coord.close()
 
 
+@pytest.mark.paths("cloud")
 def test_three_steps_chained_by_their_manifests_with_events_only(local: Any, ops: Any) -> None:
+    """On the cloud path (what a real deployment has) only: the MCP tools, the outputs
+    manifest (written by the task's wrapper on the worker), the stage-in and the move
+    back (the coordinator's, between the sites' storage) are the same on both paths; what
+    the path carries (a submission, its start, its result) is checked on both by
+    ``test_federation_slurm.py`` and ``test_backends.py``."""
     from mcp import Client
 
     from federation.interfaces.mcp_server import build_server

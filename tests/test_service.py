@@ -7,7 +7,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -422,8 +422,16 @@ def test_event_long_poll_contract(client: TestClient, coord: Coordinator) -> Non
     assert r.status_code == 422
 
 
-def _raw_long_poll(base: str, token: str, after: int, hold_s: float) -> None:
-    """Open a long poll on a raw socket, then hang up without reading the answer."""
+def _until(what: str, check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
+        time.sleep(0.02)
+
+
+def _raw_long_poll(base: str, token: str, after: int, waiting: Callable[[], bool]) -> None:
+    """Open a long poll on a raw socket, then, once the service waits on it, hang up
+    without reading the answer."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(
@@ -432,7 +440,7 @@ def _raw_long_poll(base: str, token: str, after: int, hold_s: float) -> None:
                 f"Authorization: Bearer {token}\r\n\r\n"
             ).encode()
         )
-        time.sleep(hold_s)
+        _until("the service waits on the raw long poll", waiting)
 
 
 @pytest.mark.slurm
@@ -444,7 +452,7 @@ def test_survives_client_disconnect_and_never_logs_tokens(
     headers = {"Authorization": f"Bearer {token}"}
     with running(app) as base:
         after = coord.events.last_seq_of("test-suite")  # the caller's cursor
-        _raw_long_poll(base, token, after, hold_s=0.5)  # hangs up mid-request
+        _raw_long_poll(base, token, after, lambda: ops.waiters > 0)  # hangs up mid-request
         # a second one through httpx, cancelled by its own short read timeout
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(
@@ -475,7 +483,7 @@ def test_survives_client_disconnect_and_never_logs_tokens(
             done.set()
 
         threading.Thread(target=poll, daemon=True).start()
-        time.sleep(0.3)
+        _until("the service waits on the long poll", lambda: ops.waiters == 1)
         t0 = time.monotonic()
         assert httpx.get(f"{base}/v1/tasks", headers=headers, timeout=5).status_code == 200
         assert time.monotonic() - t0 < 1.0 and not done.is_set()

@@ -236,7 +236,12 @@ def test_distinct_configs_get_distinct_processes_and_cancel_ends_one(
     assert not alive(ueps["task"]["pid"])
     assert "scancel 4242" in fake_slurm.read_text()
     assert "task cancelled" in ep.outcome(shaped).data
-    assert [u["pid"] for u in ep.ueps()] == [ueps["probe"]["pid"]]
+    # the endpoint hears of the ended process from its own reaper, a moment later
+    wait_for(
+        lambda: [u["pid"] for u in ep.ueps()] == [ueps["probe"]["pid"]],
+        10,
+        "the ended process is gone from the endpoint's list",
+    )
 
 
 def test_a_process_ends_idle_heartbeats_soft_after_its_last_result(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,25 +58,38 @@ def configured(config: Path | str | None = None) -> Path | None:
     return Path(env) if env else None
 
 
-def hold_store(store: Path) -> Callable[[], None]:
+STORE_HANDOVER_S = 30.0
+"""How long a starting ``serve`` or ``mcp`` waits for the coordinator before it on the same
+store to finish closing (an agent restarts its MCP server at once; the old one still drains
+its results and acknowledgements for a few seconds)."""
+
+
+def hold_store(store: Path, wait_s: float = 0.0) -> Callable[[], None]:
     """Hold ``store`` for this coordinator alone (an advisory lock on ``<store>.lock``, let
-    go when the process ends however it ends); returns what lets it go.
+    go when the process ends however it ends); returns what lets it go. ``wait_s``: how long
+    to wait for a holder that is going away.
 
     Raises :class:`StoreInUseError` when another live coordinator holds it: two coordinators
     on one store would number their events over each other's."""
     lock = store.with_name(store.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise StoreInUseError(
-            f"another coordinator (pid {holder}) keeps its tasks and events in {store}: "
-            "stop it or use it (`--service URL`), or start this one with another --home, "
-            "or with --in-memory (nothing kept across restarts)"
-        ) from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StoreInUseError(
+                f"another coordinator (pid {holder}) keeps its tasks and events in {store}: "
+                "stop it or use it (`--service URL`), or start this one with another --home, "
+                "or with --in-memory (nothing kept across restarts)"
+            ) from None
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
 
@@ -120,7 +134,7 @@ def connect(
                 raise ValueError(f"store_path is for the embedded federation: {path} names a home")
             deployment = Deployment(load_config(path), home=home)
             if durable and exclusive:
-                held.append(hold_store(deployment.home / "coordinator.db"))
+                held.append(hold_store(deployment.home / "coordinator.db", STORE_HANDOVER_S))
             if bring_up:
                 deployment.up()
             coord = deployment.connect(durable=durable, telemetry=telemetry, **coordinator_kwargs)
@@ -129,7 +143,7 @@ def connect(
 
         local = LocalSites(home=home, sites=sites, path=local_path)
         if durable and exclusive:
-            held.append(hold_store(store_path or local.home / "coordinator.db"))
+            held.append(hold_store(store_path or local.home / "coordinator.db", STORE_HANDOVER_S))
         if bring_up:
             local.up()
         coord = local.connect(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -164,6 +165,7 @@ class Coordinator:
         (:mod:`federation.placement.lateness`)."""
         self._shipped: deque[tuple[Shape, datetime]] = deque(maxlen=256)
         """The latest placements (shape, when), for :meth:`_own_view`."""
+        self._shipped_lock = threading.Lock()  # not the registry's: held for a copy only
         self.learned: LearnedPlacement | None = None
         """The ``auto`` policy's learned predictors (None for a named policy)."""
         if policy == AUTO:
@@ -253,7 +255,7 @@ class Coordinator:
         # owner, not a job in the placement's own view
         verdict = self.gate.enforce(caller, task, shape, snap, task_id=task_id)
         self._note_shipped(decision)
-        self.events.set_owner(task_id, caller)  # before its first event (policy or queued)
+        self.events.set_owner(task_id, caller, new=True)  # before its first event
         handle = TaskHandle(
             id=task_id,
             label=task.label,
@@ -288,13 +290,13 @@ class Coordinator:
     def _own_view(self, snap: FederationSnapshot) -> FederationSnapshot:
         """``snap`` with the tasks this coordinator placed since it was taken
         (:mod:`federation.placement.overlay`): a burst placed from one snapshot sees itself."""
-        with self._lock:
+        with self._shipped_lock:
             shipped = list(self._shipped)
         return with_own_jobs(snap, shipped)
 
     def _note_shipped(self, decision: PlacementDecision) -> None:
         at = decision.decided_at
-        with self._lock:
+        with self._shipped_lock:
             for c in (decision.chosen, *decision.hedges):
                 self._shipped.append((c.shape, at))
 

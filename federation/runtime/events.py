@@ -160,11 +160,17 @@ class EventBus:
                 self._owners[record_id] = owner
         return owner
 
-    def set_owner(self, record_id: str, owner: str) -> None:
+    def set_owner(self, record_id: str, owner: str, *, new: bool = False) -> None:
         """Record that ``record_id`` (a task, group or transfer) belongs to ``owner``: its
         events go to that owner's log. Call it before the record's first event; an owner
-        once set is kept (a record never changes hands)."""
+        once set is kept (a record never changes hands). ``new``: an id just made here
+        (a fresh random one), which no log can hold yet, so none is read, and its
+        history starts empty here (its first event reads nothing back either)."""
         with self._lock:
+            if new:
+                self._owners[record_id] = owner
+                self._task_log.setdefault(record_id, [])
+                return
             known = self._owner(record_id) or self._owners.setdefault(record_id, owner)
         if known != owner:
             raise ValueError(f"{record_id!r} already belongs to {known!r}, not {owner!r}")
@@ -355,6 +361,7 @@ class EventBus:
             return self._last
 
     def last_seq_of(self, owner: str) -> int:
-        """The cursor of ``owner``'s own log: how many events it has."""
-        with self._lock:
-            return self._owner_last.get(owner, 0)
+        """The cursor of ``owner``'s own log: how many events it has (read without the
+        lock, which :meth:`record` holds while it writes: one dict read is atomic, and a
+        cursor read a moment early only means the caller sees one event more)."""
+        return self._owner_last.get(owner, 0)

@@ -107,6 +107,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_RECHECK_S = 0.25
+"""How often :class:`TokenStore` asks the file whether it changed (a revocation or a new
+policy from another shell takes effect within this)."""
+
+
 class TokenStore:
     """Issue, list, revoke and verify bearer tokens (thread-safe; one SQLite file)."""
 
@@ -115,6 +120,12 @@ class TokenStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._version = -1
+        self._checked = -_RECHECK_S
+        self._rows: dict[tuple[str, str], tuple[object, ...] | None] = {}
+        """Rows read since the store last changed (:meth:`_read`): every request asks for
+        its token and its caller's policy, several times per submission."""
         db = connect(self.path)
         try:
             migrate(db, MIGRATIONS, name=f"the token store {self.path}")
@@ -130,6 +141,36 @@ class TokenStore:
                 yield db
         finally:
             db.close()
+            with self._lock:  # this store's own change is seen by its next read at once
+                self._rows, self._checked = {}, -_RECHECK_S
+
+    def _read(self, kind: str, key: str, sql: str) -> tuple[object, ...] | None:
+        """One row of ``sql`` for ``key``, from memory while the file is unchanged.
+
+        A connection kept open reads ``PRAGMA data_version``, which moves whenever any
+        other connection (this store's own writes, ``federation token`` in another shell)
+        committed a change: then everything read is forgotten. It is read at most every
+        :data:`_RECHECK_S`: a revoked token or a new policy takes effect within that."""
+        with self._lock:
+            if self._reader is None:
+                self._reader = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+            now = time.monotonic()
+            if now - self._checked >= _RECHECK_S:
+                version = self._reader.execute("PRAGMA data_version").fetchone()[0]
+                self._checked = now
+                if version != self._version:
+                    self._version, self._rows = version, {}
+            if (kind, key) not in self._rows:
+                self._rows[(kind, key)] = self._reader.execute(sql, (key,)).fetchone()
+            return self._rows[(kind, key)]
+
+    def close(self) -> None:
+        """Close the connection :meth:`_read` keeps (it reopens when read again)."""
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader, self._version, self._rows = None, -1, {}
+                self._checked = -_RECHECK_S
 
     def issue(self, name: str, policy: CallerPolicy | None = None) -> IssuedToken:
         """A new token for caller ``name`` (1-64 chars: letters, digits, ``._-@``).
@@ -172,9 +213,8 @@ class TokenStore:
 
     def policy_for(self, caller: str) -> CallerPolicy | None:
         """The policy kept for ``caller``, if any (the gate's token-side policy source)."""
-        with self._db() as db:
-            row = db.execute("SELECT policy FROM callers WHERE name = ?", (caller,)).fetchone()
-        return CallerPolicy.model_validate_json(row[0]) if row else None
+        row = self._read("policy", caller, "SELECT policy FROM callers WHERE name = ?")
+        return CallerPolicy.model_validate_json(str(row[0])) if row else None
 
     def caller_policies(self) -> dict[str, CallerPolicy]:
         with self._db() as db:
@@ -213,17 +253,19 @@ class TokenStore:
         if m is None:
             return None
         tid = m.group(1)
-        with self._db() as db:
-            row = db.execute(
-                "SELECT id, name, sha256, created_at, revoked_at FROM tokens WHERE id = ?",
-                (tid,),
-            ).fetchone()
+        row = self._read(
+            "token",
+            tid,
+            "SELECT id, name, sha256, created_at, revoked_at FROM tokens WHERE id = ?",
+        )
         if row is None or row[4] is not None:
             return None
-        if not hmac.compare_digest(row[2], _hash(token)):
+        if not hmac.compare_digest(str(row[2]), _hash(token)):
             return None
         self._touch(tid)
-        return TokenInfo(id=row[0], name=row[1], created_at=datetime.fromisoformat(row[3]))
+        return TokenInfo(
+            id=str(row[0]), name=str(row[1]), created_at=datetime.fromisoformat(str(row[3]))
+        )
 
     def _touch(self, tid: str) -> None:
         now = time.monotonic()

@@ -73,7 +73,7 @@ def service_connection(
     service on it is refused with :class:`~federation.core.errors.StoreInUseError`.
     ``coordinator_kwargs`` go to the coordinator (``probe_timeout_s``, ...).
     """
-    from federation.deploy.connect import Connection, connect, hold_store
+    from federation.deploy.connect import STORE_HANDOVER_S, Connection, connect, hold_store
     from federation.deploy.local import federation_home
     from federation.security.policy import PolicyGate
 
@@ -101,7 +101,7 @@ def service_connection(
     cfg = load_config(config)
     deployment = Deployment(cfg, home=home)
     callers = GlobusCallers(cfg.service, deployment.home) if cfg.service.auth == "globus" else None
-    release = hold_store(deployment.home / "coordinator.db") if durable else None
+    release = hold_store(deployment.home / "coordinator.db", STORE_HANDOVER_S) if durable else None
     try:
         if bring_up:
             deployment.up()
