@@ -51,11 +51,12 @@ def code_fingerprint() -> str:
     do not: they run in the strict worker environment); an endpoint started before it
     changed would run the old code, so ``start`` restarts it.
     """
-    root = Path(__file__).resolve().parents[2]
+    import functions
+
     digest = hashlib.sha256()
-    for pkg in ("federation", "functions"):
-        for f in sorted((root / pkg).rglob("*.py")):
-            digest.update(str(f.relative_to(root)).encode())
+    for pkg in (Path(__file__).resolve().parents[1], Path(functions.__file__).resolve().parent):
+        for f in sorted(pkg.rglob("*.py")):  # a checkout's or site-packages' copy alike
+            digest.update(str(f.relative_to(pkg.parent)).encode())
             digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -188,7 +188,7 @@ def generate_configs(
     root: Annotated[
         Path | None,
         typer.Option(
-            help="folder of the site folders (default: the repository's endpoint_configs/)",
+            help="folder of the site folders (default: the package's example sites)",
             show_default=False,
         ),
     ] = None,
@@ -196,12 +196,12 @@ def generate_configs(
         bool, typer.Option("--check", help="only report stale files; exit 1 if any")
     ] = False,
 ) -> None:
-    """Regenerate endpoint_configs/<site>/{config.yaml,user_config_template.yaml.j2,
-    user_config_schema.json} from each site.yaml."""
-    from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+    """Regenerate <site>/{config.yaml,user_config_template.yaml.j2,user_config_schema.json}
+    from each site folder's site.yaml."""
+    from federation.core.spec import PACKAGE_SITES, load_site, site_names
     from federation.sites.endpoint_config import stale_files, write_site_configs
 
-    base = root if root is not None else ENDPOINT_CONFIGS
+    base = root if root is not None else PACKAGE_SITES
     stale: list[Path] = []
     for name in names or site_names(base):
         site = load_site(name, base)
