@@ -89,8 +89,16 @@ class EndpointDaemons:
             logger.warning("site %s: no status report: %s", site, e)
             return None
 
-    def start(self, site: str, site_env: Mapping[str, str], timeout_s: float = 30.0) -> int:
+    def start(
+        self,
+        site: str,
+        site_env: Mapping[str, str],
+        timeout_s: float = 30.0,
+        *,
+        site_dir: Path | None = None,
+    ) -> int:
         """Start the site's endpoint unless it runs; returns its pid (idempotent).
+        ``site_dir``: the site's folder (default: the package's example of that name).
 
         An endpoint running older code than this checkout is restarted (its tasks in
         flight are settled as lost, as after any endpoint restart).
@@ -148,6 +156,7 @@ class EndpointDaemons:
                 str(run_dir),
                 "--endpoint-id",
                 str(local_endpoint_id(site)),
+                *(["--site-dir", str(site_dir)] if site_dir is not None else []),
             ],
             env=env,
             stdout=log,

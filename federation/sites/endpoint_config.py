@@ -1,8 +1,9 @@
 """Templated Globus Compute endpoint configuration per site, generated from ``site.yaml``.
 
-For each site, its folder (``site.yaml``'s, :attr:`SiteSpec.config_dir`) holds what a site admin deploys with
-``globus-compute-endpoint configure <name> --core-config config.yaml --template-config
-user_config_template.yaml.j2 --schema-config user_config_schema.json``:
+For each site, its folder (:attr:`SiteSpec.config_dir`, beside its ``site.yaml``) holds
+what a site admin deploys with ``globus-compute-endpoint configure <name> --core-config
+config.yaml --template-config user_config_template.yaml.j2 --schema-config
+user_config_schema.json``:
 
 - ``config.yaml``: the parent (templated, no ``engine:``) endpoint config, a
   ``CoreEndpointConfig``;
