@@ -45,6 +45,11 @@ class SiteUnavailableError(FederationError):
     """A site cannot be reached (endpoint down, Slurm down, probe timed out)."""
 
 
+class GlobusUnreachableError(SiteUnavailableError):
+    """No route from this machine to a Globus service (connection refused, DNS, timeout):
+    every site behind that service is out of reach at once."""
+
+
 class TemplateVariableError(FederationError, ValueError):
     """A user_endpoint_config value that the site's schema does not allow."""
 
