@@ -6,7 +6,7 @@
     python bench/replay.py --seeds 1 --hours 6               # a quick look
 
 Four sites shaped like the paper's (Delta, DeltaAI, Anvil, Vista: partitions, GPU types and
-per-node counts from endpoint_configs/*/site.yaml, node counts scaled down), each a
+per-node counts from federation/sites_data/*/site.yaml, node counts scaled down), each a
 Slurm-like queue in virtual time (priority FIFO with EASY backfill, federation.sim.queue)
 loaded with jobs replayed from a real log, scaled to each site's size and a target
 utilization. ``--traces`` takes names (KTH-SP2, CEA-Curie, ALCF-Theta, Alibaba-GPU, found in

@@ -1,7 +1,7 @@
 """The replay's fixed parts: the four sites, the regimes, the probe workloads, the policies.
 
 Four sites shaped like the paper's (Delta, DeltaAI, Anvil, Vista: partitions, GPU types and
-per-node counts from endpoint_configs/*/site.yaml, node counts scaled down), each loaded with
+per-node counts from federation/sites_data/*/site.yaml, node counts scaled down), each loaded with
 background jobs from a real log sized to a target utilization per regime. Three probe
 workloads (CPU preparation, single-GPU inference, DDP training) with true run times from a
 speed table the predictors never see (they get a public datasheet prior instead).

@@ -16,12 +16,15 @@ class BadEnvelopeError(FederationError, ValueError):
 class UnknownSiteError(FederationError, KeyError):
     """A site name that the federation does not know."""
 
-    def __init__(self, site: str, known: list[str]) -> None:
+    def __init__(self, site: str, known: list[str], where: str | None = None) -> None:
         self.site = site
         self.known = known
+        looked = f" (looked in {where})" if where else ""
         super().__init__(
-            f"unknown site {site!r}; known sites: {', '.join(known) or '(none)'}. "
-            "Check the name, or add endpoint_configs/<site>/site.yaml."
+            f"unknown site {site!r}; known sites: {', '.join(known) or '(none)'}{looked}. "
+            "Check the name, or add the site: `federation sites new NAME --dir DIR` writes "
+            "its folder DIR/NAME/, which federation.yaml names with `sites_dir: DIR` "
+            "(docs/add-a-site.md)."
         )
 
     def __str__(self) -> str:  # KeyError would repr() the message
@@ -40,6 +43,11 @@ class NoFeasibleSiteError(FederationError):
 
 class SiteUnavailableError(FederationError):
     """A site cannot be reached (endpoint down, Slurm down, probe timed out)."""
+
+
+class GlobusUnreachableError(SiteUnavailableError):
+    """No route from this machine to a Globus service (connection refused, DNS, timeout):
+    every site behind that service is out of reach at once."""
 
 
 class TemplateVariableError(FederationError, ValueError):

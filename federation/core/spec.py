@@ -1,9 +1,14 @@
-"""Static site facts, loaded from ``endpoint_configs/<site>/site.yaml``.
+"""Static site facts, loaded from a site folder's ``site.yaml``.
+
+A site is a folder: ``site.yaml`` (these models) beside the endpoint files generated from
+it. A deployment names its site folders in ``federation.yaml`` (``sites_dir:``, or a
+``path:`` per site: :mod:`federation.core.site_folders`); the example sites of the embedded
+local federation ship inside the package, in ``federation/sites_data/`` (:data:`PACKAGE_SITES`).
 
 One source of truth: the local Slurm cluster, each endpoint template (its schema bounds and
 how it asks Slurm for accounts, GPUs and memory) and the placement feasibility checks all
 derive from these models. What each field says about a real site is cited in
-``endpoint_configs/README.md``.
+``federation/sites_data/README.md``.
 
 Submission settings may be given per site and overridden per partition (``account``,
 ``qos``, ``constraint``, ``gpu_request``, ``mem_request``; ``scheduler_options`` add up):
@@ -18,13 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from federation.core.errors import UnknownSiteError
 from federation.core.model import Frozen
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ENDPOINT_CONFIGS = REPO_ROOT / "endpoint_configs"
+PACKAGE_SITES = Path(__file__).resolve().parents[1] / "sites_data"
+"""The example sites shipped as package data (the embedded local federation's)."""
+SITE_FILE = "site.yaml"
 
 ChargeUnit = Literal["core-hours", "gpu-hours", "node-hours"]
 GpuRequest = Literal["gpus-per-node", "implied-by-partition"]
@@ -187,6 +193,8 @@ class SiteSpec(Frozen):
     slurm_cmd_timeout_s: int = Field(
         default=60, gt=0, description="how long the provider waits for sbatch/squeue/sacct"
     )
+    _folder: Path | None = PrivateAttr(default=None)
+    """The folder this site was loaded from (:func:`load_site_folder`)."""
 
     @model_validator(mode="after")
     def _site_options_are_sbatch_options(self) -> SiteSpec:
@@ -230,25 +238,50 @@ class SiteSpec(Frozen):
 
     @property
     def config_dir(self) -> Path:
-        return ENDPOINT_CONFIGS / self.name
+        """The site's folder: where it was loaded from, else the package's example of it."""
+        return self._folder or PACKAGE_SITES / self.name
 
     @property
     def gpu_types(self) -> set[str]:
         return {p.gpu_type for p in self.partitions if p.gpu_type}
 
 
-def load_site(name: str, root: Path = ENDPOINT_CONFIGS) -> SiteSpec:
-    """Load one site's ``site.yaml``; raise :class:`UnknownSiteError` if absent."""
-    path = root / name / "site.yaml"
-    if not path.is_file():
-        raise UnknownSiteError(name, site_names(root))
-    return SiteSpec.model_validate(yaml.safe_load(path.read_text()))
+def load_site_folder(folder: Path, name: str | None = None) -> SiteSpec:
+    """Load the site described by ``folder/site.yaml`` (its ``name`` must be ``name``,
+    when given); ``ValueError`` saying which file and what is wrong."""
+    path = folder / SITE_FILE
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValueError(
+            f"{path}: cannot read ({e.strerror}); a site folder holds site.yaml "
+            "(`federation sites new NAME` writes one)"
+        ) from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from e
+    spec = SiteSpec.model_validate(raw)
+    if name is not None and spec.name != name:
+        raise ValueError(
+            f"{path} describes site {spec.name!r}, not {name!r}: make its `name:` and the "
+            "name federation.yaml gives it the same"
+        )
+    spec._folder = folder.resolve()
+    return spec
 
 
-def site_names(root: Path = ENDPOINT_CONFIGS) -> list[str]:
-    return sorted(p.parent.name for p in root.glob("*/site.yaml"))
+def load_site(name: str, root: Path = PACKAGE_SITES) -> SiteSpec:
+    """Load site ``name`` from the folder of site folders ``root`` (default: the package's
+    examples); raise :class:`UnknownSiteError` if absent."""
+    if not (root / name / SITE_FILE).is_file():
+        raise UnknownSiteError(name, site_names(root), str(root))
+    return load_site_folder(root / name, name)
 
 
-def load_sites(names: list[str] | None = None, root: Path = ENDPOINT_CONFIGS) -> list[SiteSpec]:
-    """Load the named sites (default: every site under ``endpoint_configs/``)."""
+def site_names(root: Path = PACKAGE_SITES) -> list[str]:
+    """The sites in the folder of site folders ``root`` (default: the package's examples)."""
+    return sorted(p.parent.name for p in root.glob(f"*/{SITE_FILE}"))
+
+
+def load_sites(names: list[str] | None = None, root: Path = PACKAGE_SITES) -> list[SiteSpec]:
+    """Load the named sites (default: every site under ``root``)."""
     return [load_site(n, root) for n in (names or site_names(root))]

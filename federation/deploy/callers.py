@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import globus_sdk
 from globus_compute_sdk import Client
 
-from federation.core.spec import load_site
 from federation.security.globus_callers import COMPUTE_RS, TRANSFER_RS, GlobusCallers
 from federation.sites.cloud import CloudSite
 from federation.sites.compute import ExecutorFactory, cloud_executor
 
 if TYPE_CHECKING:
+    from federation.core.spec import SiteSpec
     from federation.sites.backend import SiteBackend
     from federation.sites.globus_auth import AuthSettings
     from federation.transfer import GlobusCollection, TransferBackend
@@ -53,6 +53,9 @@ class CallerConfig(Protocol):
 
     @property
     def sites(self) -> Mapping[str, Any]: ...
+
+    @property
+    def specs(self) -> Mapping[str, SiteSpec]: ...
 
     def by_backend(self, backend: str) -> list[str]: ...
 
@@ -173,7 +176,7 @@ class CallerSiteSets:
                 site = self.config.sites[name]
                 assert site.endpoint_id is not None
                 cloud = CloudSite(
-                    load_site(name),
+                    self.config.specs[name],
                     site.endpoint_id,
                     client,
                     auth=self.config.auth,

@@ -35,17 +35,19 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from globus_compute_sdk import Client
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from federation.core.charge import charged_partitions, common_unit
 from federation.core.errors import ConfigError
 from federation.core.model import Frozen
-from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+from federation.core.spec import SiteSpec
+from federation.deploy.site_folders import HOW_TO_ADD, SiteFolders, resolve
 from federation.security.globus_callers import GlobusCallers, ServiceAuth
 from federation.sites.cloud import CloudSite, PythonMismatch
 from federation.sites.compute import ComputeSite, ExecutorFactory, cloud_executor
@@ -66,10 +68,22 @@ Budget = Annotated[float, Field(gt=0)]
 CONFIG_NAME = "federation.yaml"
 
 
+def _base(info: ValidationInfo) -> Path | None:
+    """The folder of the ``federation.yaml`` being read (:func:`load_config` passes it)."""
+    ctx = info.context if isinstance(info.context, dict) else {}
+    base = ctx.get("base")
+    return base if isinstance(base, Path) else None
+
+
 class SiteConfig(Frozen):
-    """One entry of ``sites:``; the site's hardware comes from ``endpoint_configs/<site>/``."""
+    """One entry of ``sites:``; the site's hardware comes from its folder's ``site.yaml``
+    (``path``, else ``<sites_dir>/<site>/``, else the package's example of that name:
+    :mod:`federation.deploy.site_folders`)."""
 
     backend: Literal["local", "globus"] = "local"
+    path: Path | None = None
+    """The site's folder (its ``site.yaml`` and endpoint files), anywhere on disk; relative
+    to this file's folder."""
     endpoint_id: uuid.UUID | None = None
     """The site's Globus Compute endpoint (``globus-compute-endpoint list`` on the site)."""
     transfer_collection_id: uuid.UUID | None = None
@@ -94,6 +108,11 @@ class SiteConfig(Frozen):
     ``squeue`` is read this often (seconds) to learn its start, and a losing copy is
     withdrawn by ``scancel``. ``null`` turns this off: nothing at this site can then be
     cancelled, so hedged and watched copies are not placed here."""
+
+    @field_validator("path")
+    @classmethod
+    def _path_from_the_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else resolve(value, _base(info))
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -159,6 +178,10 @@ class FederationConfig(Frozen):
     own Globus identity (:mod:`federation.security.globus_callers`)."""
     home: Path | None = None
     """Runtime root (coordinator.db, telemetry, local clusters); default $FEDERATION_HOME."""
+    sites_dir: Path | None = None
+    """A folder of site folders (``<sites_dir>/<site>/site.yaml``), e.g.
+    ``/etc/federation/sites``; relative to this file's folder. Sites found neither here nor
+    by their own ``path`` come from the package's examples."""
     sites: dict[str, SiteConfig] = Field(min_length=1)
     local_path: Literal["embedded", "cloud"] | None = None
     """How the ``local`` sites are reached: ``embedded`` (the offline service's shortcuts) or
@@ -185,23 +208,57 @@ class FederationConfig(Frozen):
             raise ValueError(str(e)) from None
         return name
 
+    @field_validator("sites_dir")
+    @classmethod
+    def _sites_dir_from_the_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is None:
+            return None
+        path = resolve(value, _base(info))
+        if not path.is_dir():
+            raise ValueError(
+                f"{path} is not a folder: sites_dir names a folder of site folders "
+                "(`federation sites new NAME --dir DIR` makes DIR/NAME/)"
+            )
+        return path
+
     @field_validator("sites")
     @classmethod
-    def _known_sites(cls, sites: dict[str, SiteConfig]) -> dict[str, SiteConfig]:
-        known = site_names(ENDPOINT_CONFIGS)
-        unknown = sorted(set(sites) - set(known))
+    def _known_sites(
+        cls, sites: dict[str, SiteConfig], info: ValidationInfo
+    ) -> dict[str, SiteConfig]:
+        folders = _folders(info.data.get("sites_dir"), sites)
+        unknown = sorted(n for n in sites if folders.folder(n) is None)
         if unknown:
+            known = ", ".join(s.name for s in folders.known())
             raise ValueError(
-                f"unknown site(s) {', '.join(unknown)}; known: {', '.join(known)}. Each site "
-                "needs endpoint_configs/<site>/site.yaml"
+                f"unknown site(s) {', '.join(unknown)}; known: {known} (looked in "
+                f"{folders.where()}). {HOW_TO_ADD}"
             )
+        problems = []
+        for name in sites:
+            try:
+                folders.load(name)
+            except ValueError as e:
+                problems.append(f"site {name}: {e}")
+        if problems:
+            raise ValueError("\n  ".join(problems))
         return sites
+
+    def site_folders(self) -> SiteFolders:
+        """Where this deployment's sites are described."""
+        return _folders(self.sites_dir, self.sites)
+
+    @cached_property
+    def specs(self) -> dict[str, SiteSpec]:
+        """Each configured site's facts, from its folder, in the order of the file."""
+        folders = self.site_folders()
+        return {name: folders.load(name) for name in self.sites}
 
     @model_validator(mode="after")
     def _budgets_in_the_sites_units(self) -> FederationConfig:
         for name, site in self.sites.items():
             if site.budget or site.budget_core_hours is not None:
-                check_budgets(name, site)
+                check_budgets(name, site, self.specs[name])
         return self
 
     @model_validator(mode="after")
@@ -242,10 +299,14 @@ class FederationConfig(Frozen):
         }
 
 
-def check_budgets(name: str, site: SiteConfig) -> None:
+def _folders(sites_dir: Path | None, sites: dict[str, SiteConfig]) -> SiteFolders:
+    paths = {n: s.path for n, s in sites.items() if s.path is not None}
+    return SiteFolders(sites_dir=sites_dir, paths=paths)
+
+
+def check_budgets(name: str, site: SiteConfig, spec: SiteSpec) -> None:
     """``ValueError`` unless every budget names an account ``name`` charges, and a
     ``budget_core_hours`` is for a default account billed in core-hours."""
-    spec = load_site(name)
     default = site.account or spec.default_account
     charged = charged_partitions(spec, default)
     known = {a.lower() for a in charged}
@@ -304,7 +365,7 @@ def load_config(path: Path | str | None = None) -> FederationConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: expected a mapping with 'sites:' (got {type(raw).__name__})")
     try:
-        return FederationConfig.model_validate(raw)
+        return FederationConfig.model_validate(raw, context={"base": file.resolve().parent})
     except ValidationError as e:
         lines = [f"{file}: {e.error_count()} problem(s):"]
         for err in e.errors():
@@ -354,7 +415,11 @@ class Deployment:
         self._transfer_client_factory = transfer_client_factory
         local_names = config.by_backend("local")
         self.local: LocalSites | None = (
-            LocalSites(home=self.home, sites=local_names, path=config.local_path)
+            LocalSites(
+                home=self.home,
+                path=config.local_path,
+                specs=[config.specs[n] for n in local_names],
+            )
             if local_names
             else None
         )
@@ -378,7 +443,7 @@ class Deployment:
             site = self.config.sites[name]
             assert site.endpoint_id is not None and self.client is not None
             out[name] = CloudSite(
-                load_site(name),
+                self.config.specs[name],
                 site.endpoint_id,
                 self.client,
                 auth=self.config.auth,

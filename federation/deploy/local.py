@@ -13,7 +13,7 @@ from typing import Any
 from globus_compute_sdk import Client, Executor
 
 from federation.core.paths import federation_home as federation_home  # re-exported
-from federation.core.spec import load_sites
+from federation.core.spec import SiteSpec, load_sites
 from federation.core.storage import site_storage
 from federation.endpoint.manager import EndpointDaemons, local_endpoint_id
 from federation.endpoint.uep_pool import HOLDS_OTHERS
@@ -52,14 +52,22 @@ class LocalSites:
     """Bring the local sites up and connect a coordinator to them through Globus Compute."""
 
     def __init__(
-        self, home: Path | None = None, sites: list[str] | None = None, path: str | None = None
+        self,
+        home: Path | None = None,
+        sites: list[str] | None = None,
+        path: str | None = None,
+        *,
+        specs: list[SiteSpec] | None = None,
     ) -> None:
+        """``sites``: the package's example sites by name (default: all); ``specs``: the
+        sites themselves instead (a deployment's, from the folders its federation.yaml
+        names)."""
         self.home = home or federation_home()
         self.path = path or default_path()
         if self.path not in PATHS:
             raise ValueError(f"path {self.path!r}: use one of {', '.join(PATHS)}")
-        self.specs = load_sites(sites)
-        self.slurm = LocalFederation(home=self.home, sites=[s.name for s in self.specs])
+        self.specs = specs if specs is not None else load_sites(sites)
+        self.slurm = LocalFederation(home=self.home, specs=self.specs)
         self.daemons = EndpointDaemons(self.home)
         self.service: LocalComputeService | None = None
         """The offline web service of the latest :meth:`backends` call."""
@@ -78,7 +86,7 @@ class LocalSites:
         self.slurm.up()
         t1 = time.monotonic()
         for spec in self.specs:
-            self.daemons.start(spec.name, self.slurm.env(spec.name))
+            self.daemons.start(spec.name, self.slurm.env(spec.name), site_dir=spec.config_dir)
         t2 = time.monotonic()
         return {"slurm_s": round(t1 - t0, 2), "endpoints_s": round(t2 - t1, 2)}
 

@@ -35,7 +35,7 @@ from typing import Annotated, Any, NamedTuple
 import typer
 
 from federation.core.errors import FederationError
-from federation.core.spec import SiteSpec, load_site
+from federation.core.spec import SiteSpec, load_site, load_site_folder
 from federation.endpoint import protocol
 from federation.endpoint.proc_stats import rss_kb
 from federation.endpoint.uep_pool import UserEndpointPool
@@ -439,11 +439,15 @@ cli = typer.Typer(
 
 @cli.command()
 def run(
-    site: Annotated[str, typer.Option(help="the site's name (endpoint_configs/<site>/)")],
+    site: Annotated[str, typer.Option(help="the site's name")],
     run_dir: Annotated[
         Path, typer.Option(help="socket, key, SQLite results and endpoint.log go here")
     ],
     endpoint_id: Annotated[uuid.UUID, typer.Option(help="the endpoint id the service knows")],
+    site_dir: Annotated[
+        Path | None,
+        typer.Option(help="the site's folder (default: the package's example of that name)"),
+    ] = None,
 ) -> None:
     """Serve one site's endpoint on RUN_DIR/endpoint.sock until SIGTERM."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -452,7 +456,8 @@ def run(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
-    serve(load_site(site), endpoint_id, run_dir)
+    spec = load_site(site) if site_dir is None else load_site_folder(site_dir, site)
+    serve(spec, endpoint_id, run_dir)
 
 
 def main(argv: list[str] | None = None) -> None:

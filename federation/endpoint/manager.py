@@ -51,11 +51,12 @@ def code_fingerprint() -> str:
     do not: they run in the strict worker environment); an endpoint started before it
     changed would run the old code, so ``start`` restarts it.
     """
-    root = Path(__file__).resolve().parents[2]
+    import functions
+
     digest = hashlib.sha256()
-    for pkg in ("federation", "functions"):
-        for f in sorted((root / pkg).rglob("*.py")):
-            digest.update(str(f.relative_to(root)).encode())
+    for pkg in (Path(__file__).resolve().parents[1], Path(functions.__file__).resolve().parent):
+        for f in sorted(pkg.rglob("*.py")):  # a checkout's or site-packages' copy alike
+            digest.update(str(f.relative_to(pkg.parent)).encode())
             digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -88,8 +89,16 @@ class EndpointDaemons:
             logger.warning("site %s: no status report: %s", site, e)
             return None
 
-    def start(self, site: str, site_env: Mapping[str, str], timeout_s: float = 30.0) -> int:
+    def start(
+        self,
+        site: str,
+        site_env: Mapping[str, str],
+        timeout_s: float = 30.0,
+        *,
+        site_dir: Path | None = None,
+    ) -> int:
         """Start the site's endpoint unless it runs; returns its pid (idempotent).
+        ``site_dir``: the site's folder (default: the package's example of that name).
 
         An endpoint running older code than this checkout is restarted (its tasks in
         flight are settled as lost, as after any endpoint restart).
@@ -147,6 +156,7 @@ class EndpointDaemons:
                 str(run_dir),
                 "--endpoint-id",
                 str(local_endpoint_id(site)),
+                *(["--site-dir", str(site_dir)] if site_dir is not None else []),
             ],
             env=env,
             stdout=log,

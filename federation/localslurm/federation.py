@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from federation.core.errors import UnknownSiteError
-from federation.core.spec import load_sites
+from federation.core.spec import SiteSpec, load_sites
 from federation.localslurm import accounts, mariadb, munge, slurmdbd
 from federation.localslurm.binaries import which
 from federation.localslurm.cluster import SiteCluster
@@ -94,15 +94,22 @@ class LocalFederation:
     Args:
         home: runtime root; files go to ``home/slurm``. Default ``$FEDERATION_HOME`` or
             ``~/.federation``.
-        sites: site names (default: every ``endpoint_configs/<site>/site.yaml``).
+        sites: the package's example sites by name (default: all of them).
+        specs: the sites themselves, instead of ``sites`` (a deployment's own folders).
     """
 
-    def __init__(self, home: Path | None = None, sites: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        sites: list[str] | None = None,
+        *,
+        specs: list[SiteSpec] | None = None,
+    ) -> None:
         self.home = Path(home) if home is not None else default_home()
         self.layout = Layout.for_home(self.home)
         self.ports = Ports.from_env()
         self.user = pwd.getpwuid(os.getuid()).pw_name
-        self.specs = load_sites(sites)
+        self.specs = specs if specs is not None else load_sites(sites)
         self.clusters = {
             s.name: SiteCluster(cluster_spec(s, self.ports), self.layout, self.ports, self.user)
             for s in self.specs

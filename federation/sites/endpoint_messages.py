@@ -42,7 +42,7 @@ def _constraint(e: jsonschema.ValidationError) -> str:
 def schema_violation(site: SiteSpec, opts: Mapping[str, Any], schema: Mapping[str, Any]) -> str:
     """One line per offending variable; the loader's ``ValidationError`` names only one."""
     props: Mapping[str, Any] = schema.get("properties", {})
-    where = f"see endpoint_configs/{site.name}/{SCHEMA_FILE}"
+    where = f"see {site.config_dir / SCHEMA_FILE}"
     errors = list(jsonschema.Draft202012Validator(schema).iter_errors(dict(opts)))
     errors.sort(key=_error_rank)
     lines: dict[str, str] = {}

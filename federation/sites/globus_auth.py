@@ -39,6 +39,7 @@ from federation.core.errors import (
     AuthError,
     ConsentRequiredError,
     FederationError,
+    GlobusUnreachableError,
     LoginRequiredError,
     PermissionDeniedError,
     SiteUnavailableError,
@@ -226,6 +227,8 @@ def translate(
         return LoginRequiredError(
             f"stored Globus tokens are not usable ({exc}): {settings.login_hint()}."
         )
+    if isinstance(exc, globus_sdk.NetworkError):
+        return GlobusUnreachableError(unreachable_message(exc, what))
     if not isinstance(exc, globus_sdk.GlobusAPIError):
         return None
     oauth = _oauth_error(exc)
@@ -261,6 +264,22 @@ def translate(
             "Wait a minute, and lower the probe frequency (probe_interval_s) if it recurs."
         )
     return None
+
+
+def unreachable_message(exc: globus_sdk.NetworkError, what: str) -> str:
+    """One line for a Globus service this machine cannot reach, and what to check."""
+    from urllib.parse import urlsplit
+
+    cause = getattr(exc, "exc", None)
+    url = str(getattr(getattr(cause, "request", None), "url", None) or "")
+    host = urlsplit(url).netloc
+    at = f" at {host}" if host else ""
+    kind = "timed out" if isinstance(exc, globus_sdk.GlobusTimeoutError) else "no connection"
+    try_it = f", e.g. `curl -sI https://{host}`" if host else ""
+    return (
+        f"no route to {what}{at} ({kind}, after the SDK's retries): check this machine's "
+        f"network route to Globus (DNS, firewall, HTTPS_PROXY){try_it}"
+    )
 
 
 @contextmanager

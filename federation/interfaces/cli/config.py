@@ -27,7 +27,7 @@ def check(
     ] = None,
 ) -> None:
     """Validate federation.yaml (naming the file and field of every problem) and print its
-    sites, their backends and accounts, and how Globus tokens are kept.
+    sites, their backends, accounts and folders, and how Globus tokens are kept.
 
     Exit codes: 0 valid; 2 not found or invalid."""
     from federation.core.errors import ConfigError
@@ -40,5 +40,8 @@ def check(
         raise typer.Exit(2) from e
     for name, s in cfg.sites.items():
         eid = f" endpoint {s.endpoint_id}" if s.endpoint_id else ""
-        typer.echo(f"{name}: {s.backend}{eid} account {s.account or '(site default)'}")
+        typer.echo(
+            f"{name}: {s.backend}{eid} account {s.account or '(site default)'} "
+            f"(site folder {cfg.specs[name].config_dir})"
+        )
     typer.echo(f"auth: {cfg.auth.mode}, tokens in {cfg.auth.storage_description}")

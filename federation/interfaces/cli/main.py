@@ -78,15 +78,19 @@ def inspect(
         ),
     ] = None,
 ) -> None:
-    """Probe every site through its endpoint and print the snapshot."""
+    """Probe every site through its endpoint and print the snapshot.
+
+    Exit codes: 0 every site answered; 1 a site did not (one line each on stderr: what
+    failed and what to check); 2 the sites could not be reached at all (no route to
+    Globus, a refused token: one line per site) or the config is invalid."""
     from federation.deploy.connect import connect
     from federation.interfaces.demo import snapshot_table, wide_console
+    from federation.interfaces.reach import probe_failures
 
     try:
         conn = connect(config, sites=site or None)
     except (FederationError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
+        raise _unreached(config, e) from None
     with conn:
         snap = conn.coord.inspect_federation()
     if as_json:
@@ -95,6 +99,24 @@ def inspect(
         console = wide_console()
         console.print(snapshot_table(snap))
         console.print(credit_table(snap))
+    down = probe_failures(snap)
+    for u in down:
+        typer.echo(u.line(), err=True)
+    raise typer.Exit(1 if down else 0)
+
+
+def _unreached(config: Path | None, err: Exception) -> typer.Exit:
+    """Print why connecting failed, one line per site where it is about the sites (no
+    route to Globus, a refused token), and the exit (2) that says so."""
+    from federation.deploy.connect import configured
+    from federation.interfaces.reach import connect_failures
+
+    lines = connect_failures(configured(config), err) if isinstance(err, FederationError) else []
+    if not lines:
+        typer.echo(f"error: {err}", err=True)
+    for u in lines:
+        typer.echo(u.line(), err=True)
+    return typer.Exit(2)
 
 
 @app.command()
@@ -117,16 +139,26 @@ def doctor(
     ] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the checks as JSON")] = False,
     path: PathOpt = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="check only what needs no network: each site's folder, endpoint files, "
+            "template and stored tokens (nothing is contacted or started)",
+        ),
+    ] = False,
 ) -> None:
     """Check every site end to end and say what to fix: endpoint online, the workers'
-    Python, a tiny task in a Slurm job, cancel, a data transfer.
+    Python, a tiny task in a Slurm job, cancel, a data transfer (--offline: the site
+    folders, endpoint files and stored tokens only).
 
     Exit codes: 0 every check passed (warnings allowed), 1 a check failed, 2 the sites
-    could not be reached at all."""
+    could not be reached at all (one line per site: no route to Globus, a refused token)
+    or the config is invalid."""
     from rich.console import Console
 
-    from federation.deploy.connect import connect
-    from federation.interfaces.doctor import Check, Doctor
+    from federation.deploy.connect import configured, connect
+    from federation.interfaces.doctor import Check, Doctor, SiteReport
 
     console = Console(stderr=as_json)
     style = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}
@@ -138,16 +170,31 @@ def doctor(
                 f"[dim]({c.seconds:.1f} s)[/]"
             )
 
-    try:
-        conn = connect(config, local_path=path)
-    except (FederationError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
-    with conn:
-        where = str(conn.config) if conn.config else "the embedded local federation"
+    reports: list[SiteReport]
+    if offline:
+        from federation.interfaces.doctor_offline import offline_reports
+
+        cfg = configured(config)
         if not as_json:
-            console.print(f"[bold]federation doctor[/bold]: {where}")
-        reports = Doctor(conn.coord, task_timeout_s=task_timeout_s, on_check=show).run(site or None)
+            where = str(cfg) if cfg else "the package's example sites"
+            console.print(f"[bold]federation doctor --offline[/bold]: {where}")
+        try:
+            reports = offline_reports(cfg, on_check=show)
+        except FederationError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
+        reports = [r for r in reports if not site or r.site in site]
+    else:
+        try:
+            conn = connect(config, local_path=path)
+        except (FederationError, ValueError) as e:
+            raise _unreached(config, e) from None
+        with conn:
+            where = str(conn.config) if conn.config else "the embedded local federation"
+            if not as_json:
+                console.print(f"[bold]federation doctor[/bold]: {where}")
+            doctor_ = Doctor(conn.coord, task_timeout_s=task_timeout_s, on_check=show)
+            reports = doctor_.run(site or None)
     if as_json:
         doc = [
             {"site": r.site, "ok": r.ok, "checks": [c.model_dump() for c in r.checks]}

@@ -1,6 +1,7 @@
 """``federation sites up|down|status``: the local sites, each a real Slurm cluster served by
 its own Globus Compute endpoint process; ``federation sites generate-configs``: every site's
-Globus Compute endpoint configuration, generated from its ``site.yaml``."""
+Globus Compute endpoint configuration, generated from its ``site.yaml``; ``sites new``: a
+commented starting site folder; ``sites list``: the sites a configuration can name."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
     from federation.deploy.local import LocalSites
 
 sites_app = typer.Typer(
-    help="Run the project's sites as real Slurm clusters on this machine, and generate "
-    "their endpoint configs.",
+    help="Run the project's sites as real Slurm clusters on this machine, list the sites, "
+    "write a new site's folder and generate the endpoint configs.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -188,7 +189,7 @@ def generate_configs(
     root: Annotated[
         Path | None,
         typer.Option(
-            help="folder of the site folders (default: the repository's endpoint_configs/)",
+            help="folder of the site folders (default: the package's example sites)",
             show_default=False,
         ),
     ] = None,
@@ -196,12 +197,12 @@ def generate_configs(
         bool, typer.Option("--check", help="only report stale files; exit 1 if any")
     ] = False,
 ) -> None:
-    """Regenerate endpoint_configs/<site>/{config.yaml,user_config_template.yaml.j2,
-    user_config_schema.json} from each site.yaml."""
-    from federation.core.spec import ENDPOINT_CONFIGS, load_site, site_names
+    """Regenerate <site>/{config.yaml,user_config_template.yaml.j2,user_config_schema.json}
+    from each site folder's site.yaml."""
+    from federation.core.spec import PACKAGE_SITES, load_site, site_names
     from federation.sites.endpoint_config import stale_files, write_site_configs
 
-    base = root if root is not None else ENDPOINT_CONFIGS
+    base = root if root is not None else PACKAGE_SITES
     stale: list[Path] = []
     for name in names or site_names(base):
         site = load_site(name, base)
@@ -214,3 +215,77 @@ def generate_configs(
     for path in stale:
         print(f"stale: {path} (run federation sites generate-configs)", file=sys.stderr)
     raise typer.Exit(1 if stale else 0)
+
+
+@sites_app.command("new")
+def new(
+    name: Annotated[str, typer.Argument(help="the site's name (lower case letters, digits)")],
+    folder: Annotated[
+        Path,
+        typer.Option("--dir", help="the folder of site folders to write NAME/ into (a sites_dir)"),
+    ] = Path("."),
+    force: Annotated[bool, typer.Option(help="overwrite an existing site.yaml")] = False,
+) -> None:
+    """Write a commented starting site folder DIR/NAME/: site.yaml (every field explained)
+    and the endpoint files generated from it. Edit site.yaml, regenerate, and name DIR in
+    federation.yaml (`sites_dir: DIR`)."""
+    from federation.sites.new_site import write_new_site
+
+    target = folder / name
+    try:
+        written = write_new_site(name, target, force=force)
+    except FederationError as e:
+        raise _fail(e) from e
+    for path in written:
+        print(path)
+    print(
+        f"next: edit {target / 'site.yaml'}, run `federation sites generate-configs --root "
+        f"{folder} {name}`, add `sites_dir: {folder.resolve()}` and `{name}:` under `sites:` "
+        "in federation.yaml, then `federation config check`",
+        file=sys.stderr,
+    )
+
+
+@sites_app.command("list")
+def list_sites(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FEDERATION_CONFIG",
+            help="federation.yaml: its sites (and any other its sites_dir holds); default: "
+            "the package's example sites",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """List the sites a federation.yaml can name: each with its folder and where it comes
+    from (its own path, the sites_dir, or the package's examples), and, with --config,
+    the backend of each one the file uses.
+
+    Exit codes: 0 listed; 2 the config is missing or invalid."""
+    from federation.core.errors import ConfigError
+    from federation.deploy.config import load_config
+    from federation.deploy.site_folders import SiteFolders
+
+    backends: dict[str, str] = {}
+    folders = SiteFolders()
+    if config is not None:
+        try:
+            cfg = load_config(config)
+        except ConfigError as e:
+            raise _fail(e) from e
+        folders = cfg.site_folders()
+        backends = {n: s.backend for n, s in cfg.sites.items()}
+    known = folders.known()
+    if as_json:
+        doc = [{**s.model_dump(mode="json"), "backend": backends.get(s.name)} for s in known]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title="sites")
+    for col in ("site", "in config", "from", "folder"):
+        table.add_column(col)
+    for s in known:
+        table.add_row(s.name, backends.get(s.name, "-"), s.source, str(s.folder))
+    Console(width=200).print(table)
