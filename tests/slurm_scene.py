@@ -8,6 +8,7 @@ the one on Delta, whichever tests ran before.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -112,10 +113,12 @@ def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 180.
     an earlier test's blocks were seen to stay until their process ended (two blocks of
     the hedging test's free site, 2 min 13 s after submission, with no task left in them),
     so a 90 s wait failed the next test."""
-    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
     while True:
         left = {s: jobs for s in sites if (jobs := active_jobs(slurm, s))}
         if not left:
+            _note_wait(sites, time.monotonic() - t0)
             return
         if time.monotonic() > deadline:
             held = {s: _endpoint_open_tasks(slurm, s) for s in left}
@@ -124,6 +127,16 @@ def wait_until_quiet(slurm: Any, sites: tuple[str, ...], timeout_s: float = 180.
                 f"blocks were not released): {left}; tasks the endpoints still hold: {held}"
             )
         time.sleep(1.0)
+
+
+def _note_wait(sites: tuple[str, ...], waited_s: float) -> None:
+    """Where the suite's time goes: each wait for quiet queues, appended to
+    ``$FEDERATION_QUIET_LOG`` when set (``--durations`` counts it inside the test)."""
+    where = os.environ.get("FEDERATION_QUIET_LOG")
+    if where and waited_s >= 1.0:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(where, "a") as f:
+            f.write(f"{waited_s:.1f} {','.join(sites)} {test}\n")
 
 
 def _endpoint_open_tasks(slurm: Any, site: str) -> list[tuple[Any, ...]]:

@@ -31,8 +31,14 @@ def _fresh_db(home: Path) -> None:
         Path(str(home / "coordinator.db") + suffix).unlink(missing_ok=True)
 
 
+@pytest.mark.paths("cloud")
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_close_mid_fan_out_with_hedged_copies(local_federation: Any, path: str) -> None:
+    """On the cloud path (what a real deployment has, and where a result the service
+    delivered is released, so one dropped while closing is lost for good). What closing
+    drains (listeners, acknowledgements, start reports, results recorded) is the
+    coordinator's, the same on either path; how each path delivers a result and a start is
+    checked on both by ``test_federation_slurm.py`` and ``test_backends.py``."""
     home = local_federation.home
     LocalSites(home=home).up()
     _fresh_db(home)

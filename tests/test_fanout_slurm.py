@@ -20,10 +20,12 @@ pytestmark = [pytest.mark.slurm, BOTH_PATHS]
 HELD = "fed-test-quota"
 
 
+@pytest.mark.paths("cloud")
 def test_tasks_of_one_shape_run_in_several_jobs_at_once(local: Any) -> None:
     """8 tasks of one shape (1 CPU, 3 s each) on the local site's 16 idle CPUs: the shape's
     engine grows its blocks with its outstanding tasks (before: one block, one task after
-    another). Each task prints its Slurm job and its start and end times."""
+    another). Each task prints its Slurm job and its start and end times. On the cloud
+    path only: the blocks are the endpoint's engine's, whichever path the tasks came by."""
     coord = local.connect(telemetry=False, policy="earliest-start")
     try:
         wait_until_quiet(local.slurm, ("local",))
@@ -74,13 +76,16 @@ def _waiting_jobs(slurm: Any, site: str, partition: str, n: int, how: str) -> li
     return ids
 
 
+@pytest.mark.paths("cloud")
 def test_a_task_whose_sbatch_the_site_refuses_is_placed_again(local: Any) -> None:
     """Vista's gh-dev allows 3 submitted jobs per user; with 3 held there, the task's block
     is refused by sbatch (QOSMaxSubmitJobPerUserLimit). The engine fails the task with the
     site's words; the coordinator classes it ``job_limit`` and places it again elsewhere:
     it completes on the local site, its first attempt on Vista recorded. (Four jobs waiting
     for their begin time on the local site make Vista's queue the shorter one for the first
-    placement.)"""
+    placement.) On the cloud path only: the refusal is the engine's, and a remote failure's
+    words reach the coordinator on both paths (``test_failure_arrives_as_event_with_remote_
+    traceback``)."""
     slurm = local.slurm
     coord = local.connect(telemetry=False, policy="shortest-queue")
     try:

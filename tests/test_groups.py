@@ -22,9 +22,14 @@ pytestmark = [pytest.mark.slurm, BOTH_PATHS]
 TAG = "fed-test-group-fill"
 
 
+@pytest.mark.paths("cloud")
 def test_queued_child_is_replaced_once_its_siblings_finish(
     coord: Coordinator, local: LocalSites, tmp_path: Path
 ) -> None:
+    """A group's child left queued is withdrawn and placed again once its siblings ended.
+    On the cloud path only: the replacement is the coordinator's, and the withdrawal by
+    claim it rests on is checked on the cloud path by ``test_hedging.py``'s full-Delta
+    test and on the embedded one by the crash suite (``hedge.cancel``)."""
     seen = tmp_path / "hook.jsonl"
     record = (
         "import json, sys; e = json.load(sys.stdin); "

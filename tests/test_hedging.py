@@ -776,13 +776,16 @@ def _hold_local(slurm: Any) -> None:
 
 @pytest.mark.slurm
 @BOTH_PATHS
+@pytest.mark.paths("cloud")
 def test_hedged_fan_out_on_a_full_delta_runs_on_the_free_site(local: LocalSites) -> None:
     """Two tasks of one shape, each hedged on a full Delta and a held local site: once the
     local copies win, both Delta copies are withdrawn on both paths by winning their claims
     (they share one user endpoint process and its blocks there, so no process can be ended
     for one of them), and their shape's pending blocks are held. When Delta frees up no
     Slurm job of ours starts there: a withdrawn copy runs nothing, and no test cancels a
-    Slurm job by hand."""
+    Slurm job by hand. On the cloud path only: both paths withdraw a copy by the same
+    claim, and the embedded path's is checked by the crash suite (``hedge.cancel``, a
+    coordinator killed in the middle of a withdrawal there)."""
     coord = local.connect(telemetry=False, probe_timeout_s=60, policy=_delta_first_hedge())
     slurm = local.slurm
     n = 2

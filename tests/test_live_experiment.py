@@ -52,7 +52,7 @@ def test_tiny_live_run_accounts_for_every_task(local: Any) -> None:
         jobs=2,
         sites=sites,
         trace_dir=traces,
-        round_s=10.0,
+        round_s=5.0,
         max_bg_per_site=10,
         result_timeout_s=60.0,  # unfinished by then: reported as such, not lost
         local=LocalSites(home=local.home, sites=sites),
