@@ -10,9 +10,18 @@ how it asks Slurm for accounts, GPUs and memory) and the placement feasibility c
 derive from these models. What each field says about a real site is cited in
 ``federation/sites_data/README.md``.
 
-Submission settings may be given per site and overridden per partition (``account``,
-``qos``, ``constraint``, ``gpu_request``, ``mem_request``; ``scheduler_options`` add up):
-:meth:`SiteSpec.submit_options` resolves them for one partition.
+A site describes what its users can ask for as *node classes* (:class:`NodeClass`): each
+has a name (placement's handle), an optional Slurm ``partition``, an optional ``constraint``
+(a feature expression), an optional ``qos``, its account, limits and charge, and the
+hardware its nodes have. ``partitions:`` entries in ``site.yaml`` are classes whose
+partition is their name (as before); ``classes:`` entries name their partition, if any,
+themselves (Perlmutter: none, nodes chosen by ``-C gpu``). Both end up in
+:attr:`SiteSpec.partitions` (the name is kept for compatibility; :attr:`SiteSpec.classes`
+is the same tuple).
+
+Submission settings may be given per site and overridden per class (``account``, ``qos``,
+``gpu_request``, ``mem_request``; a class's ``constraint`` is combined with the site's by
+``&``; ``scheduler_options`` add up): :meth:`SiteSpec.submit_options` resolves them.
 """
 
 from __future__ import annotations
@@ -49,15 +58,24 @@ CONSTRAINT_RE = r"^[A-Za-z0-9_.-]+(?:[&|][A-Za-z0-9_.-]+)*$"
 SCHEDULER_OPTION_RE = r"^--[a-z][a-z0-9-]*(?:=[A-Za-z0-9_.,:&|=+-]+)?$"
 
 
-class PartitionSpec(Frozen):
-    """One Slurm partition of a site, as the site describes it.
+class NodeClass(Frozen):
+    """What a site's users can ask for: nodes chosen by partition and/or constraint, under
+    a QOS, charged to an account, with their limits, charge and hardware.
+
+    ``partition`` defaults to ``name`` (a ``partitions:`` entry is a class whose partition
+    is its name); ``None`` sends no ``--partition`` (the site's default partition, nodes
+    chosen by ``constraint``). Placement matches a class to live nodes by partition and
+    features (:mod:`federation.placement.classes`), never by its name.
 
     The per-user job limits are counts of batch jobs (an array task counts as one job) that
-    one user may hold in this partition at once, as the site's queue table gives them; the
+    one user may hold in this class at once, as the site's queue table gives them; the
     local cluster enforces them with a partition QOS (``federation.localslurm``).
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    partition: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.-]+$", description="Slurm partition (None: none)"
+    )
     nodes_real: int = Field(gt=0, description="node count of the production partition")
     nodes_local: int = Field(gt=0, le=8, description="emulated nodes in the local cluster")
     cpus_per_node: int = Field(gt=0)
@@ -69,6 +87,19 @@ class PartitionSpec(Frozen):
     features: tuple[str, ...] = ()
     account: str | None = Field(
         default=None, pattern=ACCOUNT_RE, description="charged here instead of the site's"
+    )
+    account_suffix: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_.-]{0,16}$",
+        description="appended to the account (Perlmutter GPU jobs: `_g`)",
+    )
+    max_nodes_per_job: int | None = Field(
+        default=None, gt=0, description="nodes one job may have (None: nodes_real)"
+    )
+    whole_nodes: bool = Field(
+        default=False,
+        description="jobs get (and are charged for) whole nodes; default: when charged in "
+        "node-hours",
     )
     qos: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     constraint: str | None = Field(default=None, pattern=CONSTRAINT_RE)
@@ -102,13 +133,20 @@ class PartitionSpec(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_charge_unit(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "charge_unit" not in data and data.get("gpus_per_node"):
-            return {**data, "charge_unit": "gpu-hours"}
+    def _defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "partition" not in data:
+            data["partition"] = data.get("name")
+        if "charge_unit" not in data and data.get("gpus_per_node"):
+            data["charge_unit"] = "gpu-hours"
+        if data.get("whole_nodes") is None:
+            data["whole_nodes"] = data.get("charge_unit") == "node-hours"
         return data
 
     @model_validator(mode="after")
-    def _gpu_fields_agree(self) -> PartitionSpec:
+    def _gpu_fields_agree(self) -> NodeClass:
         if (self.gpus_per_node > 0) != (self.gpu_type is not None):
             raise ValueError(f"partition {self.name}: gpus_per_node and gpu_type go together")
         if self.charge_unit == "gpu-hours" and not self.gpus_per_node:
@@ -144,8 +182,17 @@ class PartitionSpec(Frozen):
         billed_h = max(hours, self.min_charge_hours)
         mem = mem_gb or 0.0
         per_node: float
-        if self.charge_unit == "node-hours":
-            per_node = 1.0
+        if self.whole_nodes:
+            per_node = {
+                "node-hours": 1.0,
+                "gpu-hours": float(self.gpus_per_node),
+                "core-hours": float(self.cpus_per_node),
+            }[self.charge_unit]
+        elif self.charge_unit == "node-hours":
+            parts = [cpus / self.cpus_per_node, mem / self.mem_gb_per_node]
+            if self.gpus_per_node:
+                parts.append(gpus / self.gpus_per_node)
+            per_node = min(1.0, max(parts))
         elif self.charge_unit == "gpu-hours":
             share_cpus = self.cpus_per_node / self.gpus_per_node
             share_mem = self.mem_gb_per_node / self.gpus_per_node
@@ -156,10 +203,41 @@ class PartitionSpec(Frozen):
             per_node = min(max(cpus, math.ceil(mem / mem_per_core), 1), self.cpus_per_node)
         return nodes * per_node * billed_h * self.charge_su_per_unit
 
+    @property
+    def max_nodes(self) -> int:
+        """Nodes one job of this class may have."""
+        return min(self.max_nodes_per_job or self.nodes_real, self.nodes_real)
+
+    def describe(self) -> str:
+        """``class gpu (no partition, constraint gpu, qos regular)``."""
+        where = f"partition {self.partition}" if self.partition else "no partition"
+        extra = "".join(
+            f", {k} {v}" for k, v in (("constraint", self.constraint), ("qos", self.qos)) if v
+        )
+        return f"class {self.name} ({where}{extra})"
+
+
+PartitionSpec = NodeClass
+"""The former name of :class:`NodeClass` (a partition is a class named after it)."""
+
+
+def combine_constraints(site: str | None, own: str | None) -> str | None:
+    """A site-wide and a class constraint joined by ``&`` (one alone as it is)."""
+    if site and own:
+        if "|" in site or "|" in own:
+            raise ValueError(
+                f"cannot combine constraints {site!r} and {own!r}: one has `|` and Slurm "
+                "would need brackets; put the whole expression on the class"
+            )
+        return f"{site}&{own}"
+    return site or own
+
 
 class SubmitOptions(Frozen):
-    """How a job on one partition is submitted: the site's settings, the partition's win."""
+    """How a job of one class is submitted: the site's settings, the class's win (the
+    constraints are combined)."""
 
+    partition: str | None
     account: str
     qos: str | None
     constraint: str | None
@@ -176,7 +254,8 @@ class SiteSpec(Frozen):
     arch: Literal["x86_64", "aarch64"]
     access: Literal["multi-user", "login-node"]
     default_account: str = Field(pattern=ACCOUNT_RE)
-    partitions: tuple[PartitionSpec, ...] = Field(min_length=1)
+    partitions: tuple[NodeClass, ...] = Field(min_length=1)
+    """Every class: ``partitions:`` entries, then ``classes:`` entries of site.yaml."""
     qos: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     constraint: str | None = Field(default=None, pattern=CONSTRAINT_RE)
     gpu_request: GpuRequest = "gpus-per-node"
@@ -196,36 +275,67 @@ class SiteSpec(Frozen):
     _folder: Path | None = PrivateAttr(default=None)
     """The folder this site was loaded from (:func:`load_site_folder`)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _classes_join_partitions(cls, data: Any) -> Any:
+        """``classes:`` entries (no partition unless they name one) join ``partitions:``."""
+        if not isinstance(data, dict) or "classes" not in data:
+            return data
+        data = dict(data)
+        classes = data.pop("classes") or []
+        if not isinstance(classes, list):
+            raise ValueError("classes: expected a list of node classes")
+        named = [
+            {"partition": None, **c} if isinstance(c, dict) else c for c in classes
+        ]
+        data["partitions"] = [*(data.get("partitions") or []), *named]
+        return data
+
     @model_validator(mode="after")
     def _site_options_are_sbatch_options(self) -> SiteSpec:
         for opt in self.scheduler_options:
             if not re.match(SCHEDULER_OPTION_RE, opt):
                 raise ValueError(f"site {self.name}: scheduler option {opt!r} is not one option")
+        names = [p.name for p in self.partitions]
+        if dups := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"site {self.name}: class name(s) {dups} given more than once")
+        for p in self.partitions:
+            combine_constraints(self.constraint, p.constraint)  # raises if they cannot join
         return self
 
-    def partition(self, name: str) -> PartitionSpec:
+    @property
+    def classes(self) -> tuple[NodeClass, ...]:
+        """Every node class (the same tuple as :attr:`partitions`)."""
+        return self.partitions
+
+    def partition(self, name: str) -> NodeClass:
+        """The class named ``name`` (a partition's class is named after it)."""
         for p in self.partitions:
             if p.name == name:
                 return p
         known = ", ".join(p.name for p in self.partitions)
-        raise KeyError(f"site {self.name} has no partition {name!r} (has: {known})")
+        raise KeyError(f"site {self.name} has no class {name!r} (has: {known})")
 
     def account_for(self, partition: str) -> str:
-        """The account jobs on ``partition`` are charged to (Delta: ``-cpu`` or ``-gpu``)."""
-        return self.partition(partition).account or self.default_account
+        """The account jobs of class ``partition`` are charged to (Delta: ``-cpu`` or
+        ``-gpu``; Perlmutter GPU classes: the site's account with ``_g``)."""
+        p = self.partition(partition)
+        return (p.account or self.default_account) + p.account_suffix
 
     @property
     def accounts(self) -> tuple[str, ...]:
-        """Every account this site charges: the default first, then per-partition ones."""
-        found = [self.default_account, *(p.account for p in self.partitions if p.account)]
+        """Every account this site charges: the default first, then per-class ones."""
+        found = [self.default_account, *(self.account_for(p.name) for p in self.partitions)]
         return tuple(dict.fromkeys(found))
 
     def submit_options(self, partition: str) -> SubmitOptions:
+        """How a job of class ``partition`` is submitted."""
         p = self.partition(partition)
         return SubmitOptions(
-            account=p.account or self.default_account,
+            partition=p.partition,
+            account=self.account_for(partition),
             qos=p.qos or self.qos,
-            constraint=p.constraint or self.constraint,
+            constraint=combine_constraints(self.constraint, p.constraint),
             gpu_request=p.gpu_request or self.gpu_request,
             mem_request=p.mem_request or self.mem_request,
             scheduler_options=(*self.scheduler_options, *p.scheduler_options),

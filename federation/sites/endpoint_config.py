@@ -364,7 +364,7 @@ def _partition_facts(site: SiteSpec, p: PartitionSpec) -> dict[str, Any]:
     facts = _submit_facts(
         o.account, o.qos, o.constraint, o.gpu_request, o.mem_request, o.scheduler_options
     )
-    return {**facts, "max_blocks": max_blocks(p)}
+    return {**facts, "partition": o.partition or "", "max_blocks": max_blocks(p)}
 
 
 def _template_header(site: SiteSpec) -> str:
