@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,6 +13,8 @@ from federation.core.workspace import WorkspacePath
 Arch = Literal["x86_64", "aarch64"]
 
 MAX_WALLTIME_S = 30 * 24 * 3600  # nothing sensible asks for more than 30 days
+_NAME_RE = r"^[A-Za-z0-9_.-]{1,64}$"
+_CLASS_RE = r"^(?:[a-z][a-z0-9]*:)?[A-Za-z0-9_.-]{1,64}$"
 
 
 class StageIn(Frozen):
@@ -50,7 +52,12 @@ class ResourceEnvelope(Frozen):
     sites: tuple[str, ...] = ()
     """Sites the task may run on; empty means any."""
     partitions: tuple[str, ...] = ()
-    """Partitions the task may run on (``site:partition`` or ``partition``); empty means any."""
+    """Partitions the task may run on (``site:partition`` or ``partition``; a node class
+    whose name or Slurm partition it is); empty means any."""
+    node_classes: tuple[Annotated[str, Field(pattern=_CLASS_RE)], ...] = ()
+    """Node classes the task may run in (``site:class`` or ``class``); empty means any."""
+    qos: tuple[Annotated[str, Field(pattern=_NAME_RE)], ...] = ()
+    """QOS the task may run under (a class's ``qos``); empty means any."""
     stage_in: tuple[StageIn, ...] = ()
     """Input data and where it lives; placement adds its transfer time on other sites."""
     account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
@@ -126,7 +133,16 @@ def envelope_rows(env: ResourceEnvelope) -> list[tuple[str, str]]:
         rows.append((name, f"{lo_v:g}{unit}" if same else f"{lo_v:g}-{hi_v:g}{unit}"))
     rows.append(("nodes", str(env.nodes)))
     rows.append(("walltime_s", f"{env.walltime_s} s ({env.walltime_s / 3600:.2g} h)"))
-    for name in ("gpu_types", "gpu_mem_gb_min", "arch", "sites", "partitions", "account"):
+    for name in (
+        "gpu_types",
+        "gpu_mem_gb_min",
+        "arch",
+        "sites",
+        "partitions",
+        "node_classes",
+        "qos",
+        "account",
+    ):
         v = getattr(env, name)
         if v:
             rows.append(

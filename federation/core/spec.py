@@ -285,9 +285,7 @@ class SiteSpec(Frozen):
         classes = data.pop("classes") or []
         if not isinstance(classes, list):
             raise ValueError("classes: expected a list of node classes")
-        named = [
-            {"partition": None, **c} if isinstance(c, dict) else c for c in classes
-        ]
+        named = [{"partition": None, **c} if isinstance(c, dict) else c for c in classes]
         data["partitions"] = [*(data.get("partitions") or []), *named]
         return data
 

@@ -141,7 +141,7 @@ def _sum_types(target: dict[str, int], add: Mapping[str, int]) -> None:
         target[t] = target.get(t, 0) + n
 
 
-def _partition_snapshot(
+def partition_snapshot(
     site: str,
     name: str,
     nodes: list[NodeRecord],
@@ -149,6 +149,8 @@ def _partition_snapshot(
     info: PartitionInfo | None,
     start_elsewhere: frozenset[str] = frozenset(),
 ) -> PartitionSnapshot:
+    """One partition's capacity and queue from its ``nodes`` and ``jobs`` (also a node
+    class's, from the nodes and jobs matched to it: ``federation.placement.classes``)."""
     gpus_total: dict[str, int] = {}
     gpus_alloc: dict[str, int] = {}
     cpus_total = cpus_alloc = cpus_idle = cpus_unavail = 0
@@ -331,7 +333,7 @@ def _build(
                 f"{len(pnodes)}"
             )
         snaps.append(
-            _partition_snapshot(
+            partition_snapshot(
                 site,
                 name,
                 pnodes,

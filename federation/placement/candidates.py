@@ -31,6 +31,7 @@ from federation.core.snapshot import (
     derived,
 )
 from federation.core.spec import PartitionSpec, SiteSpec
+from federation.placement.classes import class_view, no_match_reason
 from federation.placement.stagein import DEFAULT_BANDWIDTH_MB_S as DEFAULT_BANDWIDTH_MB_S
 from federation.placement.stagein import TransferRates as TransferRates
 from federation.placement.stagein import stage_in_estimate as stage_in_estimate
@@ -134,16 +135,31 @@ def validate_envelope(envelope: ResourceEnvelope, sites: Sequence[SiteSpec]) -> 
     bad_sites += [d.site for d in envelope.stage_in if d.site not in known_sites]
     if bad_sites:
         raise BadEnvelopeError(f"unknown site(s) {bad_sites}; known: {sorted(known_sites)}")
+    classes = {c.name for s in sites for c in s.classes}
+    classes |= {f"{s.name}:{c.name}" for s in sites for c in s.classes}
+    if bad := [c for c in envelope.node_classes if c not in classes]:
+        raise BadEnvelopeError(f"unknown node class(es) {bad}; known: {sorted(classes)}")
+    qos = {q for s in sites for c in s.classes if (q := c.qos or s.qos)}
+    if bad := [q for q in envelope.qos if q not in qos]:
+        raise BadEnvelopeError(f"unknown QOS {bad}; the federation has: {sorted(qos)}")
 
 
 def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) -> Shape | str:
     """The smallest shape of ``envelope`` that ``part`` can host, or why none fits."""
     if envelope.sites and site.name not in envelope.sites:
         return "excluded by the envelope's site list"
-    if envelope.partitions and not (
-        part.name in envelope.partitions or f"{site.name}:{part.name}" in envelope.partitions
+    if envelope.partitions and not any(
+        n in envelope.partitions or f"{site.name}:{n}" in envelope.partitions
+        for n in {part.name, part.partition or part.name}
     ):
         return "excluded by the envelope's partition list"
+    if envelope.node_classes and not (
+        part.name in envelope.node_classes or f"{site.name}:{part.name}" in envelope.node_classes
+    ):
+        return "excluded by the envelope's node class list"
+    qos = part.qos or site.qos
+    if envelope.qos and qos not in envelope.qos:
+        return f"QOS {qos or '(none)'} not in {list(envelope.qos)}"
     if envelope.arch and site.arch not in envelope.arch:
         return f"architecture {site.arch} not in {list(envelope.arch)}"
     if envelope.gpus_min > 0:
@@ -164,8 +180,8 @@ def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) ->
         return f"{part.cpus_per_node} CPUs per node < {envelope.cpus_min} needed"
     if envelope.mem_gb_min > part.mem_gb_per_node:
         return f"{part.mem_gb_per_node} GB per node < {envelope.mem_gb_min} GB needed"
-    if envelope.nodes > part.nodes_real:
-        return f"{part.nodes_real} nodes < {envelope.nodes} needed"
+    if envelope.nodes > part.max_nodes:
+        return f"{part.max_nodes} nodes per job < {envelope.nodes} needed"
     if envelope.walltime_s > part.max_walltime_s:
         return f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
     return Shape(
@@ -502,16 +518,14 @@ def enumerate_candidates(
             if isinstance(shape, str):
                 rejected.append(Rejection(site=spec.name, partition=part.name, reason=shape))
                 continue
-            psnap = snap.partition(part.name)
-            if psnap is None:
+            view = class_view(snap, part)
+            if view is None:
                 rejected.append(
-                    Rejection(
-                        site=spec.name,
-                        partition=part.name,
-                        reason="partition missing from the live snapshot",
-                    )
+                    Rejection(site=spec.name, partition=part.name, reason=no_match_reason(part))
                 )
                 continue
+            psnap, csnap = view
+            chosen_class = "" if part.partition == part.name else part.describe()
             if psnap.state not in ("up", "unknown"):
                 rejected.append(
                     Rejection(
@@ -520,7 +534,7 @@ def enumerate_candidates(
                 )
                 continue
             for sh in shape_ladder(envelope, shape, part) if ladder else [shape]:
-                wait, wait_hi, why = wait_fn(sh, psnap, snap, now)
+                wait, wait_hi, why = wait_fn(sh, psnap, csnap, now)
                 if math.isinf(wait):
                     rejected.append(Rejection(site=spec.name, partition=part.name, reason=why))
                     break
@@ -538,7 +552,7 @@ def enumerate_candidates(
                         free_fraction=_free_fraction(psnap, sh),
                         waste=_waste(part, sh),
                         pending_jobs=psnap.jobs_pending,
-                        why="; ".join(w for w in (why, stage_why, cost) if w),
+                        why="; ".join(w for w in (chosen_class, why, stage_why, cost) if w),
                         stage_in_s=stage_s,
                         charge=charge,
                         charge_unit=part.charge_unit,
