@@ -31,7 +31,12 @@ from federation.core.snapshot import (
     derived,
 )
 from federation.core.spec import PartitionSpec, SiteSpec
-from federation.placement.classes import class_view, no_match_reason
+from federation.placement.classes import (
+    class_view,
+    held_idle,
+    no_match_reason,
+    spare_gpu_mem_gb,
+)
 from federation.placement.stagein import DEFAULT_BANDWIDTH_MB_S as DEFAULT_BANDWIDTH_MB_S
 from federation.placement.stagein import TransferRates as TransferRates
 from federation.placement.stagein import stage_in_estimate as stage_in_estimate
@@ -54,6 +59,10 @@ class Candidate(Frozen):
     pending_jobs: int = Field(default=0, ge=0)
     free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")
     waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
+    held_idle: float = Field(default=0.0, ge=0, le=1, description="share of a held node unused")
+    """Whole-node classes only: the share of each node the job holds (and is charged for)
+    but does not use; 0 where jobs share nodes (:func:`~.classes.held_idle`)."""
+    spare_gpu_mem_gb: float = Field(default=0.0, ge=0, description="GPU memory beyond need")
     why: str
     stage_in_s: float = Field(default=0.0, ge=0, description="moving the task's input here")
     cold_start_s: float = Field(default=0.0, ge=0, description="of the wait: a new block's start")
@@ -551,6 +560,8 @@ def enumerate_candidates(
                         predicted_runtime_s=runtime,
                         free_fraction=_free_fraction(psnap, sh),
                         waste=_waste(part, sh),
+                        held_idle=held_idle(part, sh),
+                        spare_gpu_mem_gb=spare_gpu_mem_gb(part, envelope),
                         pending_jobs=psnap.jobs_pending,
                         why="; ".join(w for w in (chosen_class, why, stage_why, cost) if w),
                         stage_in_s=stage_s,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
+from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import JobRecord, NodeRecord, PartitionSnapshot, SiteSnapshot, derived
 from federation.core.spec import CONSTRAINT_RE, NodeClass
 from federation.parsing.scontrol import PartitionInfo
@@ -92,3 +93,23 @@ def _competes(job: JobRecord, nodes: Collection[str], parts: Collection[str]) ->
     if job.node_names:
         return any(n in nodes for n in job.node_names)
     return any(p in parts for p in job.partition.split(","))
+
+
+def held_idle(cls: NodeClass, shape: Shape) -> float:
+    """The share of each node a job of ``shape`` holds but leaves unused: 0 in a class whose
+    jobs share nodes; in a whole-node class, what its CPUs, memory and GPUs leave of the node
+    (a tie-break: a shared class for a partial node, where the wait is no longer)."""
+    if not cls.whole_nodes:
+        return 0.0
+    used = [shape.cpus / cls.cpus_per_node, shape.mem_gb / cls.mem_gb_per_node]
+    if cls.gpus_per_node:
+        used.append(shape.gpus / cls.gpus_per_node)
+    return max(0.0, 1.0 - min(1.0, max(used)))
+
+
+def spare_gpu_mem_gb(cls: NodeClass, envelope: ResourceEnvelope) -> float:
+    """GPU memory per GPU the class has beyond what ``envelope`` needs (a tie-break: the
+    80 GB nodes kept for the tasks that need them, where the wait is no longer)."""
+    if not envelope.gpus_min or cls.gpu_mem_gb is None:
+        return 0.0
+    return max(0.0, cls.gpu_mem_gb - (envelope.gpu_mem_gb_min or 0.0))

@@ -94,7 +94,10 @@ class Watch:
 
 
 def _tie(c: Candidate) -> tuple[float, ...]:
-    return (c.waste, -c.free_fraction)
+    """Among equal scores: GPUs stranded, then a held node's unused share (a shared class
+    for a partial node), then spare GPU memory (bigger GPUs kept for who needs them), then
+    the emptier place."""
+    return (c.waste, c.held_idle, c.spare_gpu_mem_gb, -c.free_fraction)
 
 
 @dataclass
