@@ -17,6 +17,7 @@ from federation.core.tasks import PythonTask, ShellTask
 from federation.placement.candidates import PlacementDecision
 from federation.placement.decide import place
 from federation.runtime.coordinator import Coordinator
+from federation.runtime.dry_run import DryRun, JobPreview
 from federation.runtime.events import Event, EventBus
 from federation.runtime.handles import TaskHandle, TaskResult
 from federation.runtime.hooks import CommandHook, WebhookHook
@@ -28,10 +29,12 @@ __all__ = [
     "BadEnvelopeError",
     "CommandHook",
     "Coordinator",
+    "DryRun",
     "Event",
     "EventBus",
     "FederationError",
     "FederationSnapshot",
+    "JobPreview",
     "Milestones",
     "NoFeasibleSiteError",
     "PlacementDecision",

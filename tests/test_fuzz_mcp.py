@@ -60,7 +60,7 @@ TOOL_FUZZ: dict[str, dict[str, Field]] = {
     "inspect_federation": {"refresh": Field(omit | st.booleans(), json_values)},
     "list_functions": {},
     "draft_envelope": draft_fields(),
-    "submit_task": task_fields(),
+    "submit_task": task_fields() | {"dry_run": Field(omit | st.booleans(), json_values)},
     "submit_group": group_fields(),
     "get_group": {"group_id": id_field("group", "task")},
     "move_data": transfer_fields(),

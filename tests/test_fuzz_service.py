@@ -129,6 +129,7 @@ ROUTE_FUZZ: dict[tuple[str, str], Fuzz] = {
                 omit, st.lists(st.fixed_dictionaries({"child": st.text()})) | json_values
             )
         },
+        query={"dry_run": _text(["false", "true"], st.sampled_from(["maybe", "2"]) | nasty_text)},
         creates=True,
     ),
     ("GET", "/v1/tasks"): Fuzz(),

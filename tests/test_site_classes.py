@@ -7,108 +7,30 @@ provider. No Slurm: the snapshot is built here as a probe would report it.
 from __future__ import annotations
 
 import shutil
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from perlmutter_scene import CPU, FIXTURE, GPU40, NOW, perlmutter, snapshot
 from typer.testing import CliRunner
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import NoFeasibleSiteError
 from federation.core.snapshot import (
     FederationSnapshot,
-    JobRecord,
-    NodeRecord,
-    SiteHealth,
-    SiteSnapshot,
 )
-from federation.core.spec import SiteSpec, load_site_folder
+from federation.core.spec import SiteSpec
 from federation.interfaces.cli.main import app as cli_app
-from federation.parsing.scontrol import PartitionInfo
-from federation.parsing.snapshot_builder import partition_snapshot
 from federation.placement.candidates import PlacementDecision
 from federation.placement.decide import place
 from federation.sites.endpoint_config import render_user_config, stale_files
 from federation.sites.sbatch_preview import option_value, sbatch_options
 from federation.sites.user_config import shape_to_user_config
 
-FIXTURE = Path(__file__).parent / "fixtures" / "sites" / "perlmutter"
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-GPU40 = ("gpu", "a100", "hbm40g")
-GPU80 = ("gpu", "a100", "hbm80g")
-CPU = ("cpu",)
-
 
 @pytest.fixture(scope="module")
 def pm() -> SiteSpec:
-    return load_site_folder(FIXTURE, "perlmutter")
-
-
-def _node(name: str, partition: str, features: tuple[str, ...], busy: bool = False) -> NodeRecord:
-    gpu = "gpu" in features
-    return NodeRecord(
-        name=name,
-        partition=partition,
-        state="allocated" if busy else "idle",
-        cpus_total=64 if gpu else 128,
-        cpus_alloc=(64 if gpu else 128) if busy else 0,
-        mem_mb_total=(256 if gpu else 512) * 1024,
-        mem_mb_alloc=((256 if gpu else 512) * 1024) if busy else 0,
-        gpus_total_by_type={"a100": 4} if gpu else {},
-        gpus_alloc_by_type={"a100": 4 if busy else 0} if gpu else {},
-        features=features,
-    )
-
-
-def snapshot(
-    nodes: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-        ("nid001", "gpu_ss11", GPU40),
-        ("nid002", "gpu_ss11", GPU40),
-        ("nid003", "gpu_ss11", GPU80),
-        ("nid004", "regular_milan_ss11", CPU),
-        ("nid005", "regular_milan_ss11", CPU),
-    ),
-    busy: frozenset[str] = frozenset(),
-) -> FederationSnapshot:
-    """Perlmutter as its probe would see it: live partitions named unlike any class (the
-    classes are matched by features), ``busy`` nodes held by a job ending in an hour."""
-    recs = [_node(n, p, f, n in busy) for n, p, f in nodes]
-    jobs = [
-        JobRecord(
-            job_id=f"j{r.name}",
-            partition=r.partition,
-            state="running",
-            cpus=r.cpus_total,
-            gpus=sum(r.gpus_total_by_type.values()),
-            gpu_type="a100" if r.gpus_total_by_type else None,
-            time_limit_s=3600,
-            start_time=NOW,
-            end_time=NOW + timedelta(hours=1),
-            node_names=(r.name,),
-        )
-        for r in recs
-        if r.name in busy
-    ]
-    parts = tuple(
-        partition_snapshot(
-            "perlmutter",
-            p,
-            [r for r in recs if r.partition == p],
-            [j for j in jobs if j.partition == p],
-            PartitionInfo(name=p, state="up", max_time_s=172800),
-        )
-        for p in sorted({r.partition for r in recs})
-    )
-    site = SiteSnapshot(
-        site="perlmutter",
-        taken_at=NOW,
-        health=SiteHealth(reachable=True, probe_age_s=1.0),
-        partitions=parts,
-        nodes=tuple(recs),
-        jobs=tuple(jobs),
-    )
-    return FederationSnapshot(taken_at=NOW, sites=(site,))
+    return perlmutter()
 
 
 def _place(pm: SiteSpec, snap: FederationSnapshot | None = None, **env: Any) -> PlacementDecision:
@@ -158,6 +80,8 @@ def test_a_partial_node_task_goes_to_the_shared_class(pm: SiteSpec) -> None:
     whole = next(c for c in d.candidates if c.partition == "gpu")
     assert d.chosen.charge == pytest.approx(0.25)
     assert whole.charge == pytest.approx(1.0)  # a whole node-hour
+    assert "not perlmutter/gpu: predicted wait 0 s" in d.explain()
+    assert "same wait, but would hold whole nodes and leave 75% unused" in d.explain()
     cpu = _place(pm, cpus_min=8, mem_gb_min=16, walltime_s=3600)
     assert cpu.chosen.partition == "cpu_shared"
 

@@ -133,7 +133,7 @@ def render() -> str:
     """The whole page, as Markdown."""
     import anyio
 
-    from federation.interfaces.mcp_server import INSTRUCTIONS
+    from federation.interfaces.mcp_text import INSTRUCTIONS
 
     server = _server()
     tools = anyio.run(server.list_tools)

@@ -30,6 +30,7 @@ from federation.core.envelope import ResourceEnvelope
 from federation.core.snapshot import FederationSnapshot
 from federation.core.workspace import PathBase
 from federation.interfaces.mcp_strict import StrictMCPServer, argument_errors, bad_arguments
+from federation.interfaces.mcp_text import GROUP_HINT, INSTRUCTIONS, TASK_HINT, TRANSFER_HINT
 from federation.interfaces.service.errors import OpsError
 from federation.interfaces.service.models import (
     MAX_GROUP_CHILDREN,
@@ -69,33 +70,7 @@ RESOURCE_WAIT_S = 10.0
 SNAPSHOT_URI = "federation://snapshot"
 TASK_URI = "federation://tasks/{task_id}"
 
-INSTRUCTIONS = """\
-Run work on a federation of Slurm supercomputers (each behind a Globus Compute endpoint).
-The loop: inspect_federation (what is free where) -> draft_envelope (resource bounds for
-your task, validated against the sites) -> submit_task (returns at once with a task_id,
-the placement and a cursor) -> await_event(after=cursor, task_ids=[task_id]) repeatedly,
-passing back the cursor it returns, until a task.completed or task.failed event ->
-get_result(task_id) for the output (also the resource federation://tasks/{task_id}; the
-whole snapshot is federation://snapshot). A task is a shell `command` or a catalog `function`
-(list_functions) with JSON arguments. Related tasks: submit_group (one group_id; await
-its events with task_ids=[group_id]; get_group). Files: each of your tasks runs in your
-workspace on its site (a shell task's working directory; $FEDERATION_WORKSPACE), and
-get_result lists the files it wrote there (`outputs`, paths relative to the workspace).
-Name those paths in move_data (a transfer_id; await transfer.* events; get_transfer), or
-as a later task's envelope `stage_in` inputs ({site, path, size_bytes}): the coordinator
-then moves them to wherever that task is placed before it starts. Nothing here blocks
-except await_event, and that at most its timeout_s."""
-
 AwaitOps = Callable[[], Awaitable[Operations]]
-TASK_HINT = (
-    "give exactly one of `command` (a shell command) or `function` (a list_functions name, "
-    "with JSON `args`/`kwargs`), and an `envelope` (draft_envelope proposes one)"
-)
-GROUP_HINT = f"fix the named children: each is a submit_task call's arguments. {TASK_HINT}"
-TRANSFER_HINT = (
-    "name sites inspect_federation lists, and paths relative to your workspace there "
-    "(as get_result's `outputs` list them), or with paths='storage' to the storage root"
-)
 
 
 def _tool_error(e: OpsError) -> ToolError:
@@ -270,7 +245,9 @@ def build_server(
             "workspace there, size_bytes}); placement counts moving them, and the task starts "
             "once they arrived (task.staging, task.staged events). Fails, with nothing "
             "submitted, on a bad envelope or arguments, or when no site can host the envelope "
-            "(the error gives the reason per site)."
+            "(the error gives the reason per site). With dry_run=true nothing is submitted: "
+            "the answer (task_id '') gives the placement and, in `job`, the node class and "
+            "the exact sbatch options the job would carry."
         ),
     )
     async def submit_task(
@@ -291,6 +268,9 @@ def build_server(
             str | None,
             Field(max_length=128, description="run in this named workflow's workspace"),
         ] = None,
+        dry_run: Annotated[
+            bool, Field(description="only show where it would go and the job it would be")
+        ] = False,
         ctx: Context | None = None,
     ) -> SubmitResponse:
         try:
@@ -306,7 +286,7 @@ def build_server(
         except ValidationError as e:
             raise bad_arguments(argument_errors(e), TASK_HINT) from e
         ops = await get_ops()
-        resp: SubmitResponse = await _run(ops.submit, req, caller_of(ctx))
+        resp: SubmitResponse = await _run(ops.submit, req, caller_of(ctx), dry_run)
         return resp
 
     @mcp.tool(

@@ -118,9 +118,7 @@ class PlacementDecision(Frozen):
                 continue
             tie = ""
             if c.predicted_wait_s == self.chosen.predicted_wait_s:
-                tie = "; same wait, lost the tie-break (GPU fit, free room, name)"
-                if c.waste > self.chosen.waste:
-                    tie = f"; same wait, but would strand {c.waste:.0%} of a node's GPUs"
+                tie = _tie_note(c, self.chosen)
             lines.append(
                 f"  not {c.site}/{c.partition}: predicted wait {c.predicted_wait_s:.0f} s "
                 f"({c.why}{tie})"
@@ -129,6 +127,17 @@ class PlacementDecision(Frozen):
             where = f"{r.site}/{r.partition}" if r.partition else r.site
             lines.append(f"  not {where}: {r.reason}")
         return "\n".join(lines)
+
+
+def _tie_note(c: Candidate, chosen: Candidate) -> str:
+    """Why ``c``, as soon as ``chosen``, lost to it (the order of ``policies._tie``)."""
+    if c.waste > chosen.waste:
+        return f"; same wait, but would strand {c.waste:.0%} of a node's GPUs"
+    if c.held_idle > chosen.held_idle:
+        return f"; same wait, but would hold whole nodes and leave {c.held_idle:.0%} unused"
+    if c.spare_gpu_mem_gb > chosen.spare_gpu_mem_gb:
+        return f"; same wait, but its GPUs have {c.spare_gpu_mem_gb:g} GB more than needed"
+    return "; same wait, lost the tie-break (GPU fit, free room, name)"
 
 
 def validate_envelope(envelope: ResourceEnvelope, sites: Sequence[SiteSpec]) -> None:

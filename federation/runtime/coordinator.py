@@ -33,6 +33,7 @@ from federation.placement.overlay import with_own_jobs
 from federation.placement.policies import Policy, get_policy, with_cold_start
 from federation.runtime.accounting import Accountant
 from federation.runtime.crashpoints import crash_point
+from federation.runtime.dry_run import DryRun, dry_run_of
 from federation.runtime.events import Event, EventBus, EventCallback
 from federation.runtime.freshness import DEFAULT_MAX_STALE_S, Freshness
 from federation.runtime.handles import TaskHandle, TaskResult
@@ -353,6 +354,25 @@ class Coordinator:
         snap = snapshot or self.snapshot()
         specs = [b.spec for b in self.backends.values()]
         return place(envelope, specs, snap, policy=self._placer(), new_task=False)
+
+    def dry_run(
+        self,
+        task: TaskSpec,
+        envelope: ResourceEnvelope,
+        *,
+        snapshot: FederationSnapshot | None = None,
+        caller: str = LOCAL_CALLER,
+    ) -> DryRun:
+        """What :meth:`submit_task` would do now, nothing submitted: the decision, the chosen
+        node class and the Slurm options its job would carry (:mod:`.dry_run`). Raises as
+        :meth:`submit_task` does before it submits; the policy's verdict is only reported."""
+        envelope = self.gate.narrow(caller, envelope, task)
+        code_hash = check_serializable(task)
+        snap = snapshot or self._probing.current(envelope.sites)
+        with self.deciding_for(task.label or code_hash):
+            decision = self.plan(envelope, self._own_view(snap))
+        verdict = self.gate.evaluate(caller, task, decision.chosen.shape, snap)
+        return dry_run_of(task, code_hash, envelope, decision, verdict, self.site_for, caller)
 
     def submit_group(
         self,

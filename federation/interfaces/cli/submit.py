@@ -129,6 +129,11 @@ def submit(
         list[str] | None,
         typer.Option(help="allowed partition, 'site:partition' or 'partition' (repeatable)"),
     ] = None,
+    node_class: Annotated[
+        list[str] | None,
+        typer.Option(help="allowed node class, 'site:class' or 'class' (repeatable)"),
+    ] = None,
+    qos: Annotated[list[str] | None, typer.Option(help="allowed QOS (repeatable)")] = None,
     envelope: Annotated[
         Path | None,
         typer.Option(
@@ -137,6 +142,14 @@ def submit(
         ),
     ] = None,
     name: Annotated[str, typer.Option(help="task label (default: the command's first word)")] = "",
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="submit nothing: print the placement, the node class and the exact sbatch "
+            "options the job would carry",
+        ),
+    ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", "-w", help="stream events as they arrive, then the result")
     ] = False,
@@ -154,6 +167,8 @@ def submit(
     Slurm job id, completed or failed) and prints the result. With --service the task runs
     on the coordinator service, so `result ID` / `watch ID` can follow it later; without,
     this process's coordinator ends with the command, so use --wait to see the result.
+    With --dry-run nothing is submitted: it prints where the task would go, its node class
+    and the sbatch options its job would carry (read off the site's endpoint template).
 
     Exit codes: 0 submitted (with --wait: the command succeeded); 1 it failed, or
     --timeout-s passed; 2 usage or federation error (bad envelope, no feasible site).
@@ -173,6 +188,8 @@ def submit(
                 nodes=nodes,
                 sites=tuple(site or ()),
                 partitions=tuple(partition or ()),
+                node_classes=tuple(node_class or ()),
+                qos=tuple(qos or ()),
             )
         )
         task = ShellTask(command=cmd, name=name)
@@ -181,6 +198,8 @@ def submit(
     if service:
         client = service_client(service, token, as_json)
         try:
+            if dry_run:
+                raise typer.Exit(_dry_run_remote(client, task, env, as_json))
             code = _submit_remote(
                 client, task, env, wait=wait, timeout_s=timeout_s, as_json=as_json
             )
@@ -190,8 +209,38 @@ def submit(
             client.close()
         raise typer.Exit(code)
     with local_federation(home, as_json, config) as coord:
-        code = _submit(coord, task, env, wait=wait, timeout_s=timeout_s, as_json=as_json)
+        if dry_run:
+            code = _dry_run(coord, task, env, as_json)
+        else:
+            code = _submit(coord, task, env, wait=wait, timeout_s=timeout_s, as_json=as_json)
     raise typer.Exit(code)
+
+
+def _dry_run(coord: Coordinator, task: ShellTask, env: ResourceEnvelope, as_json: bool) -> int:
+    try:
+        dry = coord.dry_run(task, env)
+    except FederationError as e:
+        raise fail(str(e), as_json) from e
+    if as_json:
+        emit_json(dry.model_dump(mode="json"))
+    else:
+        make_console().print(dry.text(), highlight=False, markup=False)
+    return EXIT_OK
+
+
+def _dry_run_remote(
+    client: ServiceClient, task: ShellTask, env: ResourceEnvelope, as_json: bool
+) -> int:
+    from federation.interfaces.service.models import TaskRequest
+
+    sub = client.submit(
+        TaskRequest(command=task.command, name=task.name, envelope=env), dry_run=True
+    )
+    if as_json:
+        emit_json(sub.model_dump(mode="json"))
+    else:
+        make_console().print(sub.explain, highlight=False, markup=False)
+    return EXIT_OK
 
 
 def _submit_remote(

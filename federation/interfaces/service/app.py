@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -388,11 +388,17 @@ def create_app(
         return local.draft(req)
 
     @app.post("/v1/tasks", dependencies=auth, status_code=202)
-    def submit(req: TaskRequest, request: Request) -> SubmitResponse:
+    def submit(
+        req: TaskRequest, request: Request, response: Response, dry_run: bool = False
+    ) -> SubmitResponse:
         """Place and ship a task; returns at once with its id, placement and decision trace.
 
-        Nothing is submitted when the request is refused (422, 409, 503)."""
-        return local.submit(req, caller(request))
+        Nothing is submitted when the request is refused (422, 409, 503), nor with
+        ``?dry_run=true`` (200): then the answer has no task id and its ``job`` is the Slurm
+        job the task would be (node class, exact sbatch options)."""
+        if dry_run:
+            response.status_code = 200
+        return local.submit(req, caller(request), dry_run=dry_run)
 
     @app.get("/v1/tasks", dependencies=auth)
     def tasks(request: Request) -> list[dict[str, Any]]:

@@ -94,8 +94,10 @@ class ServiceClient:
         data = self._call("POST", "/v1/envelopes/draft", json=req.model_dump(mode="json"))
         return EnvelopeDraft.model_validate(data)
 
-    def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
-        return SubmitResponse.model_validate(self._call("POST", "/v1/tasks", json=_task_body(req)))
+    def submit(self, req: TaskRequest, caller: str = "", dry_run: bool = False) -> SubmitResponse:
+        params = {"dry_run": "true"} if dry_run else None
+        data = self._call("POST", "/v1/tasks", json=_task_body(req), params=params)
+        return SubmitResponse.model_validate(data)
 
     def submit_group(self, req: GroupRequest, caller: str = "") -> GroupResponse:
         body = req.model_dump(mode="json", exclude_defaults=True)

@@ -20,6 +20,7 @@ from federation.core.snapshot import FederationSnapshot
 from federation.core.workspace import OutputFile, PathBase, workspace_rel
 from federation.placement.candidates import PlacementDecision
 from federation.placement.drafting import TaskHints
+from federation.runtime.dry_run import DryRun, JobPreview
 from federation.runtime.events import Event, EventKind
 from federation.runtime.group_inputs import ChildNeed, check_needs
 from federation.runtime.handles import TaskHandle, TaskResult, TaskState
@@ -108,9 +109,9 @@ class TaskRequest(Frozen):
 class SubmitResponse(Frozen):
     """A submitted task: where it was placed, the granted shape, and why."""
 
-    task_id: str
+    task_id: str = Field(description="the task's id ('' for a dry run: nothing submitted)")
     label: str
-    state: TaskState
+    state: TaskState | Literal["not_submitted"]
     site: str
     partition: str
     shape: Shape
@@ -124,6 +125,11 @@ class SubmitResponse(Frozen):
         "await this task's events"
     )
     submitted_at: datetime
+    job: JobPreview | None = Field(
+        default=None,
+        description="dry run only: the Slurm job it would be (its node class and the exact "
+        "sbatch options); `explain` then starts with them and the policy's verdict",
+    )
 
 
 class TaskResultView(Frozen):
@@ -439,6 +445,27 @@ def submit_response(handle: TaskHandle, cursor: int) -> SubmitResponse:
         code_hash=handle.code_hash,
         cursor=cursor,
         submitted_at=handle.submitted_at,
+    )
+
+
+def dry_run_response(dry: DryRun, cursor: int) -> SubmitResponse:
+    """A dry run on the wire: a submission that did not happen (no task id)."""
+    chosen = dry.decision.chosen
+    return SubmitResponse(
+        task_id="",
+        label=dry.label,
+        state="not_submitted",
+        site=chosen.site,
+        partition=chosen.partition,
+        shape=dry.shape,
+        granted=dry.shape.describe(),
+        predicted_wait_s=chosen.predicted_wait_s,
+        decision=dry.decision,
+        explain=dry.text(),
+        code_hash=dry.code_hash,
+        cursor=cursor,
+        submitted_at=dry.decision.decided_at,
+        job=dry.job,
     )
 
 

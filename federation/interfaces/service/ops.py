@@ -43,6 +43,7 @@ from federation.interfaces.service.models import (
     TransferRequest,
     TransferResponse,
     TransferView,
+    dry_run_response,
     submit_response,
     task_status,
 )
@@ -80,7 +81,9 @@ class Operations(Protocol):
 
     def draft(self, req: DraftRequest) -> EnvelopeDraft: ...
 
-    def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse: ...
+    def submit(
+        self, req: TaskRequest, caller: str = "", dry_run: bool = False
+    ) -> SubmitResponse: ...
 
     def tasks(self, caller: str = "") -> list[dict[str, Any]]: ...
 
@@ -195,7 +198,9 @@ class LocalOps(GroupOps, TransferOps, EventOps):
             raise translate(e) from e
         return dataclasses.replace(task, name=req.name) if req.name else task
 
-    def submit(self, req: TaskRequest, caller: str = "") -> SubmitResponse:
+    def submit(self, req: TaskRequest, caller: str = "", dry_run: bool = False) -> SubmitResponse:
+        """Place and ship ``req``; with ``dry_run``, only place it and read off the job it
+        would be (:meth:`Coordinator.dry_run`): nothing is submitted."""
         if req.needs:
             raise OpsError(
                 422,
@@ -208,6 +213,11 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         snap = self.cache.get()
         cursor = self.owners.cursor(self.owners.who(caller))
         try:
+            if dry_run:
+                dry = self.coord.dry_run(
+                    task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
+                )
+                return dry_run_response(dry, cursor)
             handle = self.coord.submit_task(
                 task,
                 req.envelope,
