@@ -16,8 +16,11 @@ submissions made after the site's snapshot was taken are added; earlier ones are
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
+from functools import lru_cache
 
 from federation.core.envelope import Shape
 from federation.core.snapshot import FederationSnapshot, JobRecord, SiteSnapshot
@@ -48,24 +51,36 @@ def with_own_jobs(
             sites.append(site)
             continue
         changed = True
-        added = tuple(
-            JobRecord(
-                job_id=f"{OWN_JOB_PREFIX}{i}",
-                partition=s.partition,
-                state="pending",
-                reason="Priority",
-                nodes=s.nodes,
-                cpus=s.cpus * s.nodes,
-                mem_mb=s.mem_gb * 1024,
-                gpus=s.gpus * s.nodes,
-                gpu_type=s.gpu_type,
-                time_limit_s=s.walltime_s,
-                submit_time=at,
-                priority=0,
-            )
-            for i, (s, at) in enumerate(later)
-        )
+        seen: Counter[tuple[Shape, datetime]] = Counter()
+        added = []
+        for x in later:  # the n-th identical (shape, at) of the list is its own job
+            added.append(_own_record(*x, seen[x]))
+            seen[x] += 1
         sites.append(site.model_copy(update={"jobs": (*site.jobs, *added)}))
     if not changed:
         return snapshot
     return snapshot.model_copy(update={"sites": tuple(sites)})
+
+
+_OWN_IDS = itertools.count()
+
+
+@lru_cache(maxsize=4096)
+def _own_record(s: Shape, at: datetime, n: int) -> JobRecord:
+    """The pending job for the ``n``-th own submission ``(s, at)`` (``n`` is nearly always
+    0): built once, with an id of its own, as a burst re-reads every earlier submission of
+    its snapshot on each of its decisions."""
+    return JobRecord(
+        job_id=f"{OWN_JOB_PREFIX}{next(_OWN_IDS)}",
+        partition=s.partition,
+        state="pending",
+        reason="Priority",
+        nodes=s.nodes,
+        cpus=s.cpus * s.nodes,
+        mem_mb=s.mem_gb * 1024,
+        gpus=s.gpus * s.nodes,
+        gpu_type=s.gpu_type,
+        time_limit_s=s.walltime_s,
+        submit_time=at,
+        priority=0,
+    )

@@ -27,6 +27,7 @@ from federation.runtime.rows import copy_fields, copy_row, task_row
 from federation.sites.backend import WithdrawsUnacknowledged
 
 if TYPE_CHECKING:
+    from federation.core.envelope import Shape
     from federation.core.snapshot import FederationSnapshot
     from federation.core.tasks import TaskSpec
     from federation.placement.candidates import Candidate, PlacementDecision
@@ -180,31 +181,31 @@ class Hedging:
 
     # --- watching: a task still queued past its prediction is judged again ---------------
     def queued_copies(self) -> list[QueuedCopy]:
-        """Our copies still queued now (a task placed once is its own one copy), with what
-        they were predicted to wait."""
+        """Our copies queued past their predicted wait now (a task placed once is its own one
+        copy), one per shape, the latest of its copies: all a
+        :class:`~federation.placement.lateness.LateBoard` charges (the most late of the copies
+        no larger than a request). Read on every decision, so the registry's lock is held for
+        a copy of its list only, and a copy costs a subtraction, not an object."""
         now = datetime.now(UTC)
         with self.reg.lock:
-            out = [
-                QueuedCopy(
-                    c.candidate.shape,
-                    c.candidate.predicted_wait_s,
-                    (now - c.submitted_at).total_seconds(),
-                )
-                for h in self.reg.handles.values()
-                if not h.done
-                for c in h.copies
-                if c.state == "queued"
-            ]
-            out += [
-                QueuedCopy(
-                    h.decision.chosen.shape,
-                    h.decision.chosen.predicted_wait_s,
-                    (now - h.submitted_at).total_seconds(),
-                )
-                for h in self.reg.handles.values()
-                if not h.copies and h.state == "queued" and h.started_at is None
-            ]
-            return out
+            handles = list(self.reg.handles.values())
+        worst: dict[Shape, tuple[float, float]] = {}  # shape -> (late_s, predicted_wait_s)
+
+        def note(shape: Shape, predicted_s: float, since: datetime) -> None:
+            late_s = (now - since).total_seconds() - predicted_s
+            if late_s > 0 and late_s > worst.get(shape, (0.0, 0.0))[0]:
+                worst[shape] = (late_s, predicted_s)
+
+        for h in handles:
+            if h.done:
+                continue
+            if h.copies:
+                for c in h.copies:
+                    if c.state == "queued":
+                        note(c.candidate.shape, c.candidate.predicted_wait_s, c.submitted_at)
+            elif h.state == "queued" and h.started_at is None:
+                note(h.decision.chosen.shape, h.decision.chosen.predicted_wait_s, h.submitted_at)
+        return [QueuedCopy(shape, p, p + late) for shape, (late, p) in worst.items()]
 
     def arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:
         """Judge ``h`` again by ``pol`` once it is overdue (then every ``Watch.every_s``)."""

@@ -139,6 +139,9 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         self._limiter = anyio.CapacityLimiter(max_waiters)
         self._max_waiters = max_waiters
         self._lock = threading.Lock()
+        self.submitting = threading.Lock()
+        """One submission at a time: each is a few milliseconds of Python, and twenty at once
+        only pass the GIL between them at every SQLite call (a convoy: P95 1.5-2x longer)."""
 
     # --- reads --------------------------------------------------------------------------------
     def inspect(self, refresh: bool = False) -> FederationSnapshot:
@@ -213,18 +216,19 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         snap = self.cache.get()
         cursor = self.owners.cursor(self.owners.who(caller))
         try:
-            if dry_run:
+            if dry_run:  # not under `submitting`: it renders a template, and writes nothing
                 dry = self.coord.dry_run(
                     task, req.envelope, snapshot=snap, caller=caller or LOCAL_CALLER
                 )
                 return dry_run_response(dry, cursor)
-            handle = self.coord.submit_task(
-                task,
-                req.envelope,
-                snapshot=snap,
-                caller=caller or LOCAL_CALLER,
-                workflow=req.workflow,
-            )
+            with self.submitting:
+                handle = self.coord.submit_task(
+                    task,
+                    req.envelope,
+                    snapshot=snap,
+                    caller=caller or LOCAL_CALLER,
+                    workflow=req.workflow,
+                )
         except NoFeasibleSiteError as e:
             raise self._no_site(e, req, snap) from e
         except Exception as e:
