@@ -27,6 +27,7 @@ from test_faults_engine import by_value, pid_then_work
 from federation.core.envelope import ResourceEnvelope
 from federation.core.tasks import PythonTask
 from federation.deploy.local import LocalSites
+from federation.localslurm.commands import run_slurm
 from federation.localslurm.faults import SiteFaults
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.events import Event
@@ -85,7 +86,13 @@ def _ended_once(events: list[Event], task_id: str) -> str:
 
 
 def _no_jobs_left(faults: SiteFaults, timeout_s: float = 180) -> None:
-    _wait(lambda: not faults.cluster.job_ids(), timeout_s, "jobs still in squeue (orphans)")
+    try:
+        _wait(lambda: not faults.cluster.job_ids(), timeout_s, "jobs still in squeue (orphans)")
+    except AssertionError as e:  # which jobs, whose, in what state: the next run's lead
+        out = run_slurm(
+            ["squeue", "-h", "-o", "%i %j %T %r %V"], faults.cluster.env(), timeout_s=10
+        )
+        raise AssertionError(f"{e}:\n{out.stdout}") from None
 
 
 def test_slurmctld_killed_and_restarted(

@@ -292,8 +292,9 @@ def test_a_killed_process_fails_its_tasks_and_the_next_task_gets_a_new_one(
 def test_processes_end_with_their_manager(
     endpoint_factory: Callable[[float], Endpoint], fake_slurm: Path
 ) -> None:
-    # SIGTERM: every process's engine is shut down (the pending block is cancelled)
-    ep = endpoint_factory(1.0)
+    # SIGTERM: every process's engine is shut down (the pending block is cancelled); the
+    # probe's process lives 30 s after its task, so both are seen even on a loaded machine
+    ep = endpoint_factory(3.0)
     assert ep.result(ep.submit(square, 2, config=PROBE, identity=None)) == 4
     ep.submit(square, 3, config=SHAPE, identity=None)
     wait_for(lambda: "sbatch" in fake_slurm.read_text(), 30, "the shaped task's block")

@@ -34,13 +34,18 @@ class Telemetry:
         self._db = connect(path)
         migrate(self._db, MIGRATIONS, name=f"the telemetry store {path}")
         self._lock = threading.Lock()
+        self._closed = False
 
     def record(self, snapshot: FederationSnapshot) -> None:
+        """Keep ``snapshot``; after :meth:`close`, nothing (a probe that was still out when
+        its coordinator closed comes back to a store that is gone)."""
         rows = [
             (s.site, s.taken_at.isoformat(), int(s.health.reachable), s.model_dump_json())
             for s in snapshot.sites
         ]
         with self._lock:
+            if self._closed:
+                return
             self._db.execute("BEGIN")
             try:
                 self._db.executemany("INSERT INTO site_snapshots VALUES (?, ?, ?, ?)", rows)
@@ -50,8 +55,11 @@ class Telemetry:
             self._db.execute("COMMIT")
 
     def record_cold_start(self, site: str, seconds: float, at: datetime) -> None:
-        """A block's start-up measured at ``site`` (:mod:`federation.runtime.warmth`)."""
+        """A block's start-up measured at ``site`` (:mod:`federation.runtime.warmth`);
+        nothing after :meth:`close`."""
         with self._lock:
+            if self._closed:
+                return
             self._db.execute(
                 "INSERT INTO cold_starts VALUES (?, ?, ?)", (site, at.isoformat(), seconds)
             )
@@ -94,4 +102,9 @@ class Telemetry:
         return pd.concat(frames, ignore_index=True)
 
     def close(self) -> None:
-        self._db.close()
+        """Close the store, under its lock: SQLite closed while another thread writes
+        through the same connection crashed the process (a segmentation fault, seen when a
+        background probe came back as its coordinator closed)."""
+        with self._lock:
+            self._closed = True
+            self._db.close()
