@@ -85,9 +85,15 @@ def _ended_once(events: list[Event], task_id: str) -> str:
     return "completed" if ends["task.completed"] else "failed"
 
 
-def _no_jobs_left(faults: SiteFaults, timeout_s: float = 180) -> None:
+def _no_jobs_left(faults: SiteFaults, earlier: set[str], timeout_s: float = 180) -> None:
+    """No job submitted since the test began is left (an earlier test's idle block may still
+    be waiting for its process to end: not this test's orphan)."""
     try:
-        _wait(lambda: not faults.cluster.job_ids(), timeout_s, "jobs still in squeue (orphans)")
+        _wait(
+            lambda: not set(faults.cluster.job_ids()) - earlier,
+            timeout_s,
+            "jobs still in squeue (orphans)",
+        )
     except AssertionError as e:  # which jobs, whose, in what state: the next run's lead
         out = run_slurm(
             ["squeue", "-h", "-o", "%i %j %T %r %V"], faults.cluster.env(), timeout_s=10
@@ -99,6 +105,7 @@ def test_slurmctld_killed_and_restarted(
     site_coord: tuple[LocalSites, Coordinator], faults: SiteFaults, tmp_path: Path
 ) -> None:
     _, coord = site_coord
+    earlier = set(faults.cluster.job_ids())
     tag = uuid.uuid4().hex[:6]
     marker, done = tmp_path / f"pid-{tag}", tmp_path / f"done-{tag}"
     before = coord.inspect_federation()
@@ -147,13 +154,14 @@ def test_slurmctld_killed_and_restarted(
     after = coord.inspect_federation().site(SITE)
     assert after is not None
     assert after.health.reachable, after.health
-    _no_jobs_left(faults)
+    _no_jobs_left(faults, earlier)
 
 
 def test_node_crash_fails_the_task_with_a_reason(
     site_coord: tuple[LocalSites, Coordinator], faults: SiteFaults, tmp_path: Path
 ) -> None:
     _, coord = site_coord
+    earlier = set(faults.cluster.job_ids())
     tag = uuid.uuid4().hex[:6]
     marker, done = tmp_path / f"node-{tag}", tmp_path / f"done-{tag}"
     events: list[Event] = []
@@ -182,7 +190,7 @@ def test_node_crash_fails_the_task_with_a_reason(
     assert _ended_once(events, h.id) == "failed"
     assert not done.exists(), "the crashed attempt cannot have finished its side effect"
     faults.restore_node(node, timeout_s=120)
-    _no_jobs_left(faults)
+    _no_jobs_left(faults, earlier)
 
 
 def node_then_work(marker: str, done_file: str, work_s: float) -> str:
