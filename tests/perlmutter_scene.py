@@ -4,10 +4,12 @@ sites run tasks on threads (:mod:`inprocess`) and whose probe answers that snaps
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from inprocess import ThreadSite
+from typer.testing import CliRunner
 
 from federation.core.snapshot import (
     FederationSnapshot,
@@ -17,6 +19,7 @@ from federation.core.snapshot import (
     SiteSnapshot,
 )
 from federation.core.spec import SiteSpec, load_site_folder
+from federation.interfaces.cli.main import app as cli_app
 from federation.parsing.scontrol import PartitionInfo
 from federation.parsing.snapshot_builder import partition_snapshot
 from federation.runtime.coordinator import Coordinator
@@ -115,3 +118,23 @@ def scene_coordinator(*specs: SiteSpec) -> SceneCoordinator:
     for b in backends:
         b.coord = coord
     return coord
+
+
+def renamed_copy(
+    root: Path, name: str, account: str | None = None, also: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
+    """The Perlmutter folder copied to ``root/sites/<name>`` under that name (and default
+    account), its endpoint files generated, and ``root/federation.yaml`` naming it and the
+    sites ``also``: a new site with no code change. Returns (folder, config)."""
+    folder = root / "sites" / name
+    shutil.copytree(FIXTURE, folder)
+    text = (folder / "site.yaml").read_text().replace("name: perlmutter", f"name: {name}")
+    if account is not None:
+        text = text.replace("m1234", account)
+    (folder / "site.yaml").write_text(text)
+    r = CliRunner().invoke(cli_app, ["sites", "generate-configs", "--root", str(root / "sites")])
+    assert r.exit_code == 0, r.output
+    config = root / "federation.yaml"
+    named = "".join(f"  {s}: {{}}\n" for s in (name, *also))
+    config.write_text(f"sites_dir: sites\nsites:\n{named}")
+    return folder, config

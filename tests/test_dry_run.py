@@ -21,7 +21,13 @@ from typing import Any
 import anyio
 import pytest
 from fastapi.testclient import TestClient
-from perlmutter_scene import FIXTURE, SceneCoordinator, perlmutter, scene_coordinator
+from perlmutter_scene import (
+    FIXTURE,
+    SceneCoordinator,
+    perlmutter,
+    renamed_copy,
+    scene_coordinator,
+)
 from typer.testing import CliRunner
 
 from federation.core.envelope import ResourceEnvelope
@@ -84,17 +90,8 @@ def test_the_python_api_shows_the_class_and_the_exact_options(coord: SceneCoordi
 def test_a_renamed_copy_dry_runs_without_code_changes(tmp_path: Path) -> None:
     """Issue 34: a copy of the perlmutter folder under another name, named by a
     federation.yaml, passes config check and the dry run; its options come from the copy."""
-    folder = tmp_path / "sites" / "saul"
-    shutil.copytree(FIXTURE, folder)
-    text = (folder / "site.yaml").read_text()
-    text = text.replace("name: perlmutter", "name: saul").replace("m1234", "m9999")
-    (folder / "site.yaml").write_text(text)
-    runner = CliRunner()
-    r = runner.invoke(cli_app, ["sites", "generate-configs", "--root", str(tmp_path / "sites")])
-    assert r.exit_code == 0, r.output
-    config = tmp_path / "federation.yaml"
-    config.write_text("sites_dir: sites\nsites:\n  saul: {}\n")
-    r = runner.invoke(cli_app, ["config", "check", "--config", str(config)])
+    _, config = renamed_copy(tmp_path, "saul", account="m9999")
+    r = CliRunner().invoke(cli_app, ["config", "check", "--config", str(config)])
     assert r.exit_code == 0, r.output
     coord = scene_coordinator(load_config(config).specs["saul"])
     try:

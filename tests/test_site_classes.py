@@ -6,12 +6,11 @@ provider. No Slurm: the snapshot is built here as a probe would report it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from perlmutter_scene import CPU, FIXTURE, GPU40, NOW, perlmutter, snapshot
+from perlmutter_scene import CPU, FIXTURE, GPU40, NOW, perlmutter, renamed_copy, snapshot
 from typer.testing import CliRunner
 
 from federation.core.envelope import ResourceEnvelope
@@ -114,15 +113,8 @@ def test_a_gpu_job_carries_the_constraint_qos_and_g_account_and_no_partition(
 
 def test_a_copy_under_another_name_passes_config_check(tmp_path: Path) -> None:
     """Issue 34: a seventh site is a folder and a line in federation.yaml, no code."""
-    folder = tmp_path / "sites" / "saul"
-    shutil.copytree(FIXTURE, folder)
-    site_yaml = folder / "site.yaml"
-    site_yaml.write_text(site_yaml.read_text().replace("name: perlmutter", "name: saul"))
+    folder, config = renamed_copy(tmp_path, "saul", also=("local",))
     runner = CliRunner()
-    r = runner.invoke(cli_app, ["sites", "generate-configs", "--root", str(tmp_path / "sites")])
-    assert r.exit_code == 0, r.output
-    config = tmp_path / "federation.yaml"
-    config.write_text("sites_dir: sites\nsites:\n  saul: {}\n  local: {}\n")
     r = runner.invoke(cli_app, ["config", "check", "--config", str(config)])
     assert r.exit_code == 0, r.output
     assert f"saul: local account (site default) (site folder {folder.resolve()})" in r.stdout
