@@ -135,11 +135,13 @@ class Endpoint:
         self.conn.request(msg)
         return tid
 
-    def outcome(self, tid: str, timeout_s: float = 60) -> Result:
+    def outcome(self, tid: str, timeout_s: float = 180) -> Result:
+        # a first result waits on a process fork, its engine's interchange and a worker
+        # pool: three Python start-ups, which took over 60 s on a loaded 2-core CI machine
         wait_for(lambda: tid in self.results, timeout_s, f"the result of {tid}")
         return self.results[tid][0]
 
-    def result(self, tid: str, timeout_s: float = 60) -> Any:
+    def result(self, tid: str, timeout_s: float = 180) -> Any:
         res = self.outcome(tid, timeout_s)
         assert not res.is_error, res.data
         return self.ser.deserialize(res.data)
@@ -274,7 +276,7 @@ def test_a_killed_process_fails_its_tasks_and_the_next_task_gets_a_new_one(
 ) -> None:
     ep = endpoint_factory(1.0)
     slow = ep.submit(nap, 120, config=PROBE, identity="erin")
-    wait_for(lambda: slow in ep.started, 60, "the long task started")
+    wait_for(lambda: slow in ep.started, 180, "the long task started")
     (uep,) = ep.ueps()
     assert uep["outstanding"] == 1
     os.kill(uep["pid"], signal.SIGKILL)
@@ -322,7 +324,7 @@ def test_an_engine_in_a_bad_state_ends_its_process(
     install_fake_slurm(tmp_path, monkeypatch, 'echo "sbatch: error: no" >&2; exit 1')
     ep = endpoint_factory(1.0)
     doomed = ep.submit(square, 3, config=SHAPE, identity=None)
-    res = ep.outcome(doomed, 60)
+    res = ep.outcome(doomed)
     assert res.is_error and "Failed to start block" in res.data, res.data
     wait_for(lambda: not ep.ueps(), 30, "the process with the broken engine ended")
     log = (ep.daemons.run_dir(SITE) / "endpoint.log").read_text()
