@@ -148,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.md")
+    ap.add_argument(
+        "--also-seeds",
+        type=int,
+        default=0,
+        help="also report the first N seeds alone, from the same cells (to <out>-seeds-A-B.md)",
+    )
     args = ap.parse_args(argv)
     tdir = str(args.trace_dir) if args.trace_dir else None
     specs = args.traces.split(",")
@@ -215,11 +221,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.watch_max_copies}; runtime prior {args.runtime_prior}; own jobs {args.own_jobs}; "
         f"late board {args.late_board}"
     )
-    text, data = render(cells, time.monotonic() - t0, header, args.judge, opts.budget)
+    elapsed = time.monotonic() - t0
+    _report(cells, elapsed, header, args.judge, opts.budget, args.out)
+    if 0 < args.also_seeds < args.seeds:
+        last = args.first_seed + args.also_seeds - 1
+        some = [c for c in cells if c.seed <= last]
+        sub = header.replace(
+            f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}",
+            f"seeds {args.first_seed}..{last} (of the run over {args.seeds} seeds)",
+        )
+        out = args.out.with_name(f"{args.out.stem}-seeds-{args.first_seed}-{last}.md")
+        _report(some, elapsed, sub, args.judge, opts.budget, out)
+    return 0
+
+
+def _report(
+    cells: list[Cell], elapsed: float, header: str, judge: str, budget: float | None, out: Path
+) -> None:
+    text, data = render(cells, elapsed, header, judge, budget)
     text += "\n\n## Summary (the table in docs/placement.md)\n\n" + render_compact(data)
     print(text)
-    write(args.out, text, data)
-    return 0
+    write(out, text, data)
 
 
 class _Inline:

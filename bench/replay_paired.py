@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 REFERENCE = "best-feasible"
 MAX_WORSE_SHARE = 0.1
 """Busy seeds on which the judged policy may be worse than best-feasible (1 in 10)."""
+BG_BOUND = 1.2
+"""The judged policy's pooled background delay per task: at most this times best-feasible's
+(``bf + (BG_BOUND - 1) |bf|``, see the module docstring)."""
 
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 _T975 |= {9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -50,6 +53,15 @@ class Paired:
     busy_seeds: int
     bg_diff_s: float | None
     bg_ci_s: tuple[float, float] | None
+    bg_s: float | None = None
+    """The judged policy's pooled background delay per task."""
+    bg_ref_s: float | None = None
+    """Best-feasible's."""
+    mean_s: float = 0.0
+    """The judged policy's pooled mean extra (and ``p95_s``; ``*_ref_s``: best-feasible's)."""
+    mean_ref_s: float = 0.0
+    p95_s: float = 0.0
+    p95_ref_s: float = 0.0
 
     @property
     def seeds_ok(self) -> bool:
@@ -64,6 +76,29 @@ class Paired:
     @property
     def ok(self) -> bool:
         return self.mean_ok and self.p95_ok and self.seeds_ok and self.bg_ok
+
+    @property
+    def bg_limit_s(self) -> float | None:
+        """The most background delay per task the bound allows (None: not measured)."""
+        if self.bg_ref_s is None:
+            return None
+        return bg_limit(self.bg_ref_s)
+
+    @property
+    def bg_bound_ok(self) -> bool:
+        limit = self.bg_limit_s
+        return limit is None or self.bg_s is None or self.bg_s <= limit
+
+    @property
+    def bounds_ok(self) -> bool:
+        """Issue 35: pooled mean and P95 no worse than best-feasible's, and the background
+        delay within :data:`BG_BOUND` of best-feasible's."""
+        return self.mean_ok and self.p95_ok and self.bg_bound_ok
+
+
+def bg_limit(ref_s: float) -> float:
+    """The background delay per task allowed against best-feasible's ``ref_s`` (1 s slack)."""
+    return ref_s + (BG_BOUND - 1.0) * abs(ref_s) + 1.0
 
 
 def bg_per_task(cells: Sequence[Cell], policy: str) -> float | None:
@@ -108,6 +143,12 @@ def paired(
         busy_seeds=sum(v.judged for v in verdicts),
         bg_diff_s=diff,
         bg_ci_s=ci,
+        bg_s=bg_per_task(cells, judged),
+        bg_ref_s=bg_per_task(cells, REFERENCE),
+        mean_s=mine.mean_extra_s,
+        mean_ref_s=ref.mean_extra_s,
+        p95_s=mine.p95_extra_s,
+        p95_ref_s=ref.p95_extra_s,
     )
 
 
@@ -126,7 +167,18 @@ def paired_lines(judged: str, p: Paired) -> list[str]:
         + f"; background delay minus bf's, paired by seed: {bg}. "
         f"**Never worse than best-feasible: {'yes' if p.ok else 'no'}.**",
         "",
+        f"Tail and background bounds: pooled P95 {fmt_s(p.p95_s)} s against bf's "
+        f"{fmt_s(p.p95_ref_s)} s ({'<=' if p.p95_ok else '>'}), mean {fmt_s(p.mean_s)} s "
+        f"against {fmt_s(p.mean_ref_s)} s ({'<=' if p.mean_ok else '>'}), background delay "
+        f"{_s(p.bg_s)} s/task against bf's {_s(p.bg_ref_s)} (at most {_s(p.bg_limit_s)}: "
+        f"{'within' if p.bg_bound_ok else 'beyond'} 1.2x). "
+        f"**Never worse at the tail, background within 1.2x: {'yes' if p.bounds_ok else 'no'}.**",
+        "",
     ]
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else fmt_s(x)
 
 
 def paired_json(p: Paired) -> dict[str, object]:
@@ -139,4 +191,9 @@ def paired_json(p: Paired) -> dict[str, object]:
         "bg_diff_ci95_s": list(p.bg_ci_s) if p.bg_ci_s else None,
         "bg_ok": p.bg_ok,
         "ok": p.ok,
+        "bg_s_per_task": p.bg_s,
+        "bg_ref_s_per_task": p.bg_ref_s,
+        "bg_limit_s_per_task": p.bg_limit_s,
+        "bg_bound_ok": p.bg_bound_ok,
+        "bounds_ok": p.bounds_ok,
     }

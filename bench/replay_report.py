@@ -119,7 +119,7 @@ def render(
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for c in cells:
         groups[(c.trace, c.regime)].append(c)
-    all_ok = never_worse = True
+    all_ok = never_worse = bounds = True
     judged_any = False
     for (tname, regime), cs in groups.items():
         util = {k: round(float(np.mean([c.utilization[k] for c in cs])), 2) for k in SITES}
@@ -157,18 +157,24 @@ def render(
             lines += paired_lines(judged, pr)
             group["vs_best_feasible"] = paired_json(pr)
             never_worse &= pr.ok
+            bounds &= pr.bounds_ok
             judged_any = True
         data["groups"].append(group)
     if not judged_any:  # nothing was judged: say so, never "yes"
         lines.append(f"**Targets not judged**: {judged} or best-feasible was not run.")
-        all_ok = never_worse = False
+        all_ok = never_worse = bounds = False
     else:
         lines.append(f"**All targets met: {'yes' if all_ok else 'no'}** (judged: {judged}).")
         lines.append(
             f"**Never worse than best-feasible, every cell: {'yes' if never_worse else 'no'}**."
         )
+        lines.append(
+            "**Never worse at the tail (pooled P95 and mean <= best-feasible's) and background "
+            f"delay within 1.2x best-feasible's, every cell: {'yes' if bounds else 'no'}**."
+        )
     data["all_ok"] = all_ok
     data["never_worse"] = never_worse
+    data["tail_and_bg_bounds"] = bounds
     return "\n".join(lines), data
 
 
@@ -229,8 +235,8 @@ def render_compact(data: dict[str, Any]) -> str:
         "| trace | regime | policy | mean extra s | P95 extra s | near-fastest % "
         "| wait ±1 min % (Slurm est.) | copies/task | held s/task | dup. run s/task "
         "| bg delay s/task | seeds meeting targets "
-        "| never worse than bf (bg delay vs bf, paired) |",
-        "|" + "---|" * 13,
+        "| never worse than bf (bg delay vs bf, paired) | tail and bg bounds |",
+        "|" + "---|" * 14,
     ]
     for g in data["groups"]:
         judged_seeds = [s for s in g["seeds"] if s["judged"]]
@@ -249,7 +255,8 @@ def render_compact(data: dict[str, Any]) -> str:
                 f"| {fmt_s(s['p95_extra_s'])} | {s['near_fastest_pct']:.1f} | {wait} "
                 f"| {s['copies_per_task']:.2f} | {fmt_s(s['hedge_held_s_per_task'])} "
                 f"| {fmt_s(s['duplicate_run_s_per_task'])} | {'-' if bg is None else fmt_s(bg)} "
-                f"| {met if p == judged else ''} | {_vs_bf(g) if p == judged else ''} |"
+                f"| {met if p == judged else ''} | {_vs_bf(g) if p == judged else ''} "
+                f"| {_bounds(g) if p == judged else ''} |"
             )
     return "\n".join(lines)
 
@@ -269,3 +276,13 @@ def _vs_bf(g: dict[str, Any]) -> str:
         f"{'yes' if v['ok'] else 'no'} (worse on {len(v['worse_seeds'])} of "
         f"{v['judged_seeds']} seeds; {delta})"
     )
+
+
+def _bounds(g: dict[str, Any]) -> str:
+    """Issue 35's bounds for the compact table: met or not, and the background limit."""
+    v = g.get("vs_best_feasible")
+    if v is None or "bounds_ok" not in v:
+        return ""
+    limit = v["bg_limit_s_per_task"]
+    bg = "" if limit is None else f" (bg <= {fmt_s(limit)})"
+    return f"{'yes' if v['bounds_ok'] else 'no'}{bg}"

@@ -13,6 +13,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.replay_cell import Cell, Learning, _next_tick, run_cell  # noqa: E402
+from bench.replay_paired import bg_limit  # noqa: E402
 from bench.replay_report import judge, render  # noqa: E402
 from bench.replay_setup import WORKLOADS, CellOptions  # noqa: E402
 from federation.core.envelope import Shape  # noqa: E402
@@ -141,3 +142,24 @@ def test_one_cell_runs_every_policy_with_copies_in_the_queues() -> None:
         assert p in cell.bg_delay
     copies = np.mean([o.copies for o in cell.outcomes["twin-watch"]])
     assert copies <= 1.2 + 1.0 / n  # the budget, plus its opening allowance
+
+
+def test_the_background_bound_is_a_fifth_beyond_best_feasibles_figure_either_sign() -> None:
+    assert bg_limit(1000.0) == pytest.approx(1201.0)  # 1.2x, and 1 s of slack
+    assert bg_limit(-1000.0) == pytest.approx(-799.0)  # a negative figure: 1.2x would be below
+    assert bg_limit(0.0) == pytest.approx(1.0)
+
+
+def test_the_report_says_whether_the_tail_and_background_bounds_hold() -> None:
+    bf = [_o(x) for x in np.linspace(0, 4000, 100)]
+    cells = [_cell("busy", [_o(0.0)] * 100, bf, seed=s) for s in (0, 1)]
+    for c in cells:
+        c.utilization = dict.fromkeys(("delta", "deltaai", "anvil", "vista"), 0.9)
+        c.bg_delay = {"twin-watch": (1300.0 * 100, 100), "best-feasible": (1000.0 * 100, 100)}
+    text, data = render(cells, 1.0, "test", "twin-watch", 1.2)
+    assert "background within 1.2x: no" in text and data["tail_and_bg_bounds"] is False
+    for c in cells:
+        c.bg_delay["twin-watch"] = (1150.0 * 100, 100)
+    text, data = render(cells, 1.0, "test", "twin-watch", 1.2)
+    assert "background within 1.2x: yes" in text and data["tail_and_bg_bounds"] is True
+    assert data["groups"][0]["vs_best_feasible"]["bg_limit_s_per_task"] == pytest.approx(1201.0)

@@ -9,7 +9,8 @@ from test_placement import NOW, SPECS, _fed
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import PartitionSnapshot, SiteSnapshot
 from federation.placement.learned import BOUND_WEIGHT, auto_policy
-from federation.placement.policies import twin
+from federation.placement.candidates import Candidate
+from federation.placement.policies import hedge_gain_s, twin
 
 GPU = ResourceEnvelope(gpus_min=4, gpus_max=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
 
@@ -40,8 +41,8 @@ def test_a_site_fast_only_if_every_job_ends_early_pays_for_the_gamble() -> None:
     assert by_site["delta"].predicted_wait_s == 600.0
     assert by_site["delta"].wait_bound_s == 20_000.0
     assert by_site["anvil"].wait_bound_s == 1_300.0
-    # charged: 0.25 x 19,400 s on delta against 0.25 x 100 s on anvil
-    assert BOUND_WEIGHT == 0.25
+    # charged: 0.5 x 19,400 s on delta against 0.5 x 100 s on anvil
+    assert BOUND_WEIGHT == 0.5
 
 
 def test_where_the_plan_agrees_the_default_places_as_the_twin_does() -> None:
@@ -59,3 +60,29 @@ def test_a_plan_shorter_than_the_twin_is_no_credit() -> None:
     by_site = {c.site: c for c in guarded.candidates}
     assert by_site["delta"].wait_bound_s == 600.0  # raised to the twin's wait
     assert guarded.chosen.site == "delta"
+
+
+def _cand(site: str, wait: float, bound: float | None, q90: float | None = None) -> Candidate:
+    shape = Shape(site=site, partition="gpu", nodes=1, cpus=16, gpus=4, mem_gb=64, walltime_s=3600)
+    return Candidate(
+        site=site,
+        partition="gpu",
+        shape=shape,
+        predicted_wait_s=wait,
+        wait_q90_s=q90,
+        wait_bound_s=bound,
+        predicted_runtime_s=600.0,
+        free_fraction=0.0,
+        why="test",
+    )
+
+
+def test_a_hedge_copy_gains_only_what_slurms_plan_agrees_it_gains() -> None:
+    # the favourite: twin 600 s (q90 8,000 s), plan agrees at 700 s. A copy at anvil: twin
+    # 2,000 s, so a 6,000 s gain on the twin's bad case, but Slurm's plan holds it 40,000 s
+    best = _cand("delta", 600.0, 700.0, q90=8_000.0)
+    assert hedge_gain_s(best, _cand("anvil", 2_000.0, None)) == 6_000.0  # no plan: the twin's
+    assert hedge_gain_s(best, _cand("anvil", 2_000.0, 40_000.0)) == 0.0
+    # a favourite whose plan is far out, against a copy both opinions call quick: bought
+    risky = _cand("delta", 600.0, 30_000.0, q90=8_000.0)
+    assert hedge_gain_s(risky, _cand("anvil", 2_000.0, 2_500.0)) == 6_000.0

@@ -250,6 +250,15 @@ class Policy:
         here = [score(c, True) for c in fresh.candidates if w.place(c) in held]
         if here and score(best, ranked) + w.margin_s >= min(here):
             return None
+        if best.wait_bound_s is not None:  # Slurm's plan beside the twin: it must agree
+            plan = [
+                _plan_completion_s(c, late.get(c.site, 0.0))
+                for c in fresh.candidates
+                if w.place(c) in held
+            ]
+            mine = _plan_completion_s(best, late.get(best.site, 0.0))
+            if plan and mine + w.margin_s >= min(plan):
+                return None
         if self.budget is not None:
             gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
             if not self.budget.offer(gain):
@@ -310,7 +319,16 @@ def hedge_gain_s(best: Candidate, other: Candidate) -> float:
         if best.wait_q90_s is not None
         else 0.5 * best.predicted_wait_s
     )
-    return max(0.0, best.predicted_completion_s + spread - other.predicted_completion_s)
+    gain = max(0.0, best.predicted_completion_s + spread - other.predicted_completion_s)
+    if best.wait_bound_s is not None and other.wait_bound_s is not None:
+        gain = min(gain, max(0.0, _plan_completion_s(best) - _plan_completion_s(other)))
+    return gain
+
+
+def _plan_completion_s(c: Candidate, late_s: float = 0.0) -> float:
+    """``c``'s completion on Slurm's plan (its wait bound), plus ``late_s``."""
+    wait = c.wait_bound_s if c.wait_bound_s is not None else c.predicted_wait_s
+    return c.stage_in_s + wait + c.predicted_runtime_s + late_s
 
 
 def _smallest(cands: Sequence[Candidate], c: Candidate) -> Shape:
