@@ -8,8 +8,8 @@ from test_placement import NOW, SPECS, _fed
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import PartitionSnapshot, SiteSnapshot
-from federation.placement.learned import BOUND_WEIGHT, auto_policy
 from federation.placement.candidates import Candidate
+from federation.placement.learned import BOUND_WEIGHT, auto_policy
 from federation.placement.policies import hedge_gain_s, twin
 
 GPU = ResourceEnvelope(gpus_min=4, gpus_max=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
