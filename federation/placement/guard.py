@@ -34,7 +34,7 @@ class WaitBound:
 
     wait_fn: WaitFn
     """A predictor of the plan (``TwinPredictor`` with an empty usage model)."""
-    weight: float = 0.25
+    weight: float = 0.5  # the default's (learned.BOUND_WEIGHT)
     """How much of the gap between the plan and the twin's median a candidate is charged."""
 
     def prepare(
