@@ -218,8 +218,10 @@ def make_policy(
         )
         p.name = name
         return p
-    if name == "auto-1":  # the default where no copy could be withdrawn: one copy per task
-        p = auto_policy(single, runtime, slurm)
+    if name == "auto-1" or name.startswith("auto-1@"):  # the default where no copy could be
+        # withdrawn: one copy per task; auto-1@<w>: with another weight on Slurm's plan
+        weight = float(name.split("@", 1)[1]) if "@" in name else BOUND_WEIGHT
+        p = auto_policy(single, runtime, slurm, weight=weight)
         p.name = name
         return p
     if name == "twin-hedge":

@@ -10,7 +10,7 @@ from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import PartitionSnapshot, SiteSnapshot
 from federation.placement.candidates import Candidate
 from federation.placement.learned import BOUND_WEIGHT, auto_policy
-from federation.placement.policies import hedge_gain_s, twin
+from federation.placement.policies import copy_cost_s, hedge_gain_s, twin, twin_hedge
 
 GPU = ResourceEnvelope(gpus_min=4, gpus_max=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
 
@@ -86,3 +86,24 @@ def test_a_hedge_copy_gains_only_what_slurms_plan_agrees_it_gains() -> None:
     # a favourite whose plan is far out, against a copy both opinions call quick: bought
     risky = _cand("delta", 600.0, 30_000.0, q90=8_000.0)
     assert hedge_gain_s(risky, _cand("anvil", 2_000.0, 2_500.0)) == 6_000.0
+
+
+def test_a_hedge_copy_must_save_more_than_it_costs_the_jobs_queued_behind_it() -> None:
+    # a 1-node copy in a 4-node partition with 8 jobs pending, held 2,000 s (the copy's own
+    # wait; the favourite's is 5,000 s): each pending job may wait a quarter of that longer
+    copy = _cand("anvil", 2_000.0, None).model_copy(
+        update={"pending_jobs": 8, "partition_nodes": 4}
+    )
+    assert copy_cost_s(5_000.0, copy) == 8 * 0.25 * 2_000.0
+    assert copy_cost_s(1_000.0, copy) == 8 * 0.25 * 1_000.0  # cancelled when the task starts
+    assert copy_cost_s(5_000.0, _cand("anvil", 2_000.0, None)) == 0.0  # size unknown: free
+    idle = copy.model_copy(update={"pending_jobs": 0})
+    assert copy_cost_s(5_000.0, idle) == 0.0  # nobody queued behind it
+    # the rule's hedge (a close runner-up) is refused where it would cost more than it saves
+    pol = twin_hedge(TWIN, None, within=1.0, spread_s=1e9)
+    best = _cand("delta", 600.0, None, q90=3_000.0)
+    cheap = _cand("anvil", 1_000.0, None)
+    dear = cheap.model_copy(update={"pending_jobs": 40, "partition_nodes": 2})
+    assert hedge_gain_s(best, cheap) > 0
+    assert pol._hedges([best, cheap]) == (cheap,)
+    assert pol._hedges([best, dear]) == ()

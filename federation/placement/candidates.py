@@ -57,6 +57,7 @@ class Candidate(Frozen):
     )
     predicted_runtime_s: float = Field(default=0.0, ge=0)
     pending_jobs: int = Field(default=0, ge=0)
+    partition_nodes: int = Field(default=0, ge=0, description="nodes in the partition (0: unknown)")
     free_fraction: float = Field(ge=0, le=1, description="share of the partition idle now")
     waste: float = Field(default=0.0, ge=0, le=1, description="share of a node's GPUs left idle")
     held_idle: float = Field(default=0.0, ge=0, le=1, description="share of a held node unused")
@@ -572,6 +573,7 @@ def enumerate_candidates(
                         held_idle=held_idle(part, sh),
                         spare_gpu_mem_gb=spare_gpu_mem_gb(part, envelope),
                         pending_jobs=psnap.jobs_pending,
+                        partition_nodes=psnap.nodes_total,
                         why="; ".join(w for w in (chosen_class, why, stage_why, cost) if w),
                         stage_in_s=stage_s,
                         charge=charge,

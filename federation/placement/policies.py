@@ -259,10 +259,18 @@ class Policy:
             mine = _plan_completion_s(best, late.get(best.site, 0.0))
             if plan and mine + w.margin_s >= min(plan):
                 return None
-        if self.budget is not None:
-            gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
-            if not self.budget.offer(gain):
-                return None
+        gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
+        held_wait = [
+            c.predicted_wait_s + late.get(c.site, 0.0)
+            for c in fresh.candidates
+            if w.place(c) in held
+        ]
+        cost = copy_cost_s(min(held_wait, default=best.predicted_wait_s), best)
+        gain -= cost
+        if cost > 0 and gain <= 0:  # it would cost the jobs queued behind it more than it saves
+            return None
+        if self.budget is not None and not self.budget.offer(gain):
+            return None
         return best
 
     def _apply_usefulness(self, ranked: list[Candidate]) -> Candidate:
@@ -285,10 +293,14 @@ class Policy:
         spread = (best.wait_q90_s or best.predicted_wait_s) - best.predicted_wait_s
         risky = self.hedge_spread_s is not None and spread > self.hedge_spread_s
         out = self._rule_hedges(ranked, risky)
+        cost = {id(c): copy_cost_s(best.predicted_wait_s, c) for c in out}
+        net = {id(c): hedge_gain_s(best, c) - cost[id(c)] for c in out}
+        # a copy must be worth more than it costs the jobs queued behind it
+        out = tuple(c for c in out if cost[id(c)] == 0 or net[id(c)] > 0)
         if self.budget is None:
             return out
         buy = self.budget.offer if spend else self.budget.would_buy
-        return tuple(c for c in out if buy(hedge_gain_s(best, c)))
+        return tuple(c for c in out if buy(net[id(c)]))
 
     def _rule_hedges(self, ranked: list[Candidate], risky: bool) -> tuple[Candidate, ...]:
         best = ranked[0]
@@ -323,6 +335,21 @@ def hedge_gain_s(best: Candidate, other: Candidate) -> float:
     if best.wait_bound_s is not None and other.wait_bound_s is not None:
         gain = min(gain, max(0.0, _plan_completion_s(best) - _plan_completion_s(other)))
     return gain
+
+
+def copy_cost_s(hold_s: float, copy: Candidate) -> float:
+    """The extra waiting a queued ``copy`` is expected to impose on the jobs queued behind
+    it, in seconds summed over them: it holds its place until it starts or the task starts
+    elsewhere (the shorter of its predicted wait and ``hold_s``, the held copy's), and while
+    queued ahead of them it may hold each of the partition's pending jobs back by its share
+    of the partition's nodes for that time (backfill plans around it). A copy is bought only
+    for a gain above this: a task's second is worth a background job's. 0 where the
+    partition's size is unknown."""
+    if copy.partition_nodes <= 0:
+        return 0.0
+    hold = max(0.0, min(hold_s, copy.predicted_wait_s))
+    share = min(1.0, copy.shape.nodes / copy.partition_nodes)
+    return copy.pending_jobs * share * hold
 
 
 def _plan_completion_s(c: Candidate, late_s: float = 0.0) -> float:
