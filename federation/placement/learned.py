@@ -18,7 +18,9 @@ learns from its own deployment, from the first task on:
   sampled twins) ranks the candidates; with ``hedge=True`` (a coordinator whose sites can
   withdraw a queued copy) the ranking is ``twin-watch``'s: a hedge copy when the runner-up is
   close or the wait uncertain, and one more copy for a task queued well past its
-  prediction, bought from a budget of 1.2 copies per task on average; with ``hedge=False``
+  prediction, bought from a budget of 1.2 copies per task on average, and only where it
+  gains more than it may cost the jobs pending behind it
+  (:func:`~federation.placement.policies.copy_cost_s`); with ``hedge=False``
   (no site can withdraw one) one copy per task, as ``twin``. Either way each candidate is
   also charged :data:`BOUND_WEIGHT` of how far Slurm's own plan (every job to its limit)
   lies beyond the twin's wait (:mod:`federation.placement.guard`, :func:`auto_policy`). A
