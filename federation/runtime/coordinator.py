@@ -515,17 +515,19 @@ class Coordinator:
         deadline_s: float | None = None,
         on_event: EventCallback | None = None,
         caller: str = LOCAL_CALLER,
-        paths: PathBase = "storage",
+        paths: PathBase = "workspace",
         workflow: str | None = None,
     ) -> TransferHandle:
         """Copy a file or folder from one site's storage to another's; returns at once.
 
-        ``paths="storage"``: paths are relative to each site's storage root (a path into
-        another caller's workspace is refused). ``paths="workspace"``: relative to
-        ``caller``'s workspace there (``workflow``'s, when given), where their tasks run and
-        the paths in a result's ``outputs`` are relative to. The transfer is recorded before
-        this returns; ``transfer.submitted``, ``transfer.progress`` and then
-        ``transfer.completed`` or ``transfer.failed`` (with the reason) follow as events.
+        ``paths="workspace"`` (the default, as over the service, MCP and CLI): paths are
+        relative to ``caller``'s workspace on each site (``workflow``'s, when given), where
+        their tasks run and the paths in a result's ``outputs`` are relative to, so an
+        output's path is passed unchanged. ``paths="storage"``: relative to each site's
+        storage root (shared data; a path into another caller's workspace is refused). The
+        transfer is recorded before this returns; ``transfer.submitted``,
+        ``transfer.progress`` and then ``transfer.completed`` or ``transfer.failed`` (with
+        the reason) follow as events.
         Unknown sites, paths outside a storage root and a missing source raise a
         :class:`~federation.core.errors.TransferError` (or :class:`UnknownSiteError`) before
         anything is copied. ``caller`` owns the transfer (its events go to their log).
