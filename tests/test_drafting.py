@@ -61,7 +61,9 @@ def test_ddp_training_range_and_walltime_from_known_runtime() -> None:
     e = d.envelope
     assert (e.gpus_min, e.gpus_max) == (2, 4)
     assert e.walltime_s == 2040  # 2x 1000 s, rounded up to whole minutes
-    assert d.confidence == 0.6
+    # the class from a keyword (0.6), raised by the two bounds the hints give (of four)
+    assert d.confidence == 0.77
+    assert "cpus, mem_gb" in d.rationale["unstated"]
 
 
 def test_unsatisfiable_bound_and_nearest_alternative() -> None:
