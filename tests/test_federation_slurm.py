@@ -14,6 +14,8 @@ from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import SiteUnavailableError
 from federation.core.tasks import PythonTask, ShellTask
 from federation.deploy.local import LocalSites
+from federation.localslurm.topology import DEFAULT_PARTITION
+from federation.placement.classes import class_view
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.events import Event
 from federation.sites.cloud import CloudSite
@@ -38,15 +40,20 @@ def test_snapshot_covers_every_site_and_partition(coord: Coordinator, local: Loc
     for spec in local.specs:
         site = snap.site(spec.name)
         assert site is not None and site.health.reachable, site
-        for p in spec.partitions:
-            ps = site.partition(p.name)
-            assert ps is not None, (spec.name, p.name)
-            assert ps.nodes_total == p.nodes_local
-            assert ps.cpus_total == p.cpus_per_node * p.nodes_local
+        for p in spec.partitions:  # each class, matched to live nodes as placement does
+            view = class_view(site, p)
+            assert view is not None, (spec.name, p.name)
+            ps = view[0]
+            if p.partition == p.name and not p.constraint:  # a partition of its own
+                assert ps.nodes_total == p.nodes_local
+                assert ps.cpus_total == p.cpus_per_node * p.nodes_local
+            else:  # nodes chosen by constraint (Perlmutter): shared with other classes
+                assert ps.nodes_total >= p.nodes_local, (spec.name, p.name)
             if p.gpu_type:
-                assert ps.gpus_total_by_type == {p.gpu_type: p.gpus_per_node * p.nodes_local}
+                assert ps.gpus_total_by_type.get(p.gpu_type, 0) >= p.gpus_per_node * p.nodes_local
     frame = snap.partitions_frame()
-    assert len(frame) == sum(len(s.partitions) for s in local.specs)
+    parts = {(s.name, p.partition or DEFAULT_PARTITION) for s in local.specs for p in s.partitions}
+    assert len(frame) == len(parts)
 
 
 def test_shaped_tasks_run_in_matching_slurm_allocations(
