@@ -87,7 +87,7 @@ def _account_names(env: Mapping[str, str]) -> set[str]:
     return {line.strip().lower() for line in out.splitlines() if line.strip()}
 
 
-Limits = tuple[int | None, int | None, int | None]
+Limits = tuple[int | None, int | None, int | None, bool]
 
 
 def wall_seconds(text: str) -> int | None:
@@ -103,15 +103,22 @@ def wall_seconds(text: str) -> int | None:
 
 
 def _qos_limits(env: Mapping[str, str]) -> dict[str, Limits]:
-    """QOS name -> its (MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall s); None where unset."""
+    """QOS name -> its (MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall s, DenyOnLimit);
+    None where unset."""
     out = check_slurm(
-        ["sacctmgr", "-nP", "show", "qos", "format=name,maxjobspu,maxsubmitpu,maxwall"], env
+        ["sacctmgr", "-nP", "show", "qos", "format=name,maxjobspu,maxsubmitpu,maxwall,flags"],
+        env,
     ).stdout
     rows = (line.split("|") for line in out.splitlines() if line.strip())
     return {
-        r[0].lower(): (int(r[1]) if r[1] else None, int(r[2]) if r[2] else None, wall_seconds(r[3]))
+        r[0].lower(): (
+            int(r[1]) if r[1] else None,
+            int(r[2]) if r[2] else None,
+            wall_seconds(r[3]),
+            "DenyOnLimit" in r[4].split(","),
+        )
         for r in rows
-        if len(r) >= 4
+        if len(r) >= 5
     }
 
 

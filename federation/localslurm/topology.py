@@ -62,8 +62,11 @@ class PartitionQos(Frozen):
     """Longest walltime a job may ask under it (``MaxWall``: Perlmutter's ``debug``, 30 min)."""
 
     @property
-    def limits(self) -> tuple[int | None, int | None, int | None]:
-        return (self.max_jobs_per_user, self.max_submit_jobs_per_user, self.max_wall_s)
+    def limits(self) -> tuple[int | None, int | None, int | None, bool]:
+        """As :func:`~federation.localslurm.accounts` reads them back: the three limits and
+        whether a job over them is refused (``DenyOnLimit``, set with a walltime limit)."""
+        wall = self.max_wall_s
+        return (self.max_jobs_per_user, self.max_submit_jobs_per_user, wall, wall is not None)
 
     def sacctmgr_limits(self, unset: str | None = None) -> list[str]:
         """``Key=value`` words for ``sacctmgr add/modify qos``; a limit not set is left out,
@@ -74,11 +77,14 @@ class PartitionQos(Frozen):
             "MaxSubmitJobsPerUser": self.max_submit_jobs_per_user,
             "MaxWall": wall,
         }
-        return [
+        words = [
             f"{key}={value if value is not None else unset}"
             for key, value in limits.items()
             if value is not None or unset is not None
         ]
+        if wall is not None:  # sbatch refuses a job over it (as NERSC's debug does), no pend
+            words.append("Flags=DenyOnLimit")
+        return words
 
 
 class PartitionLayout(Frozen):
