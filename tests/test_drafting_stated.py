@@ -113,7 +113,13 @@ def test_the_two_drafts_of_the_issue() -> None:
     assert d.envelope.mem_gb_min == 8.0  # the class's floor, not 3 MB
     assert "delta/cpu" in d.validation.feasible
     t = draft_envelope("Train a ResNet on 4 A100 GPUs for 6 hours", SITES)
-    assert set(t.validation.feasible) == {"anvil/gpu", "delta/gpuA100x4"}
+    assert set(t.validation.feasible) == {  # 4 A100s per node, 6 h (not Perlmutter's debug)
+        "anvil/gpu",
+        "delta/gpuA100x4",
+        "perlmutter/gpu",
+        "perlmutter/gpu_hbm80g",
+        "perlmutter/gpu_shared",
+    }
     assert t.stated == {"gpus": "4 A100 GPUs", "gpu_types": "4 A100 GPUs", "walltime_s": "6 hours"}
 
 
