@@ -166,6 +166,8 @@ def load_json(source: str | bytes | Mapping[str, Any], what: str) -> dict[str, A
         return dict(source)
     try:
         data = json.loads(source)
+    except RecursionError:
+        raise ParseError(f"{what}: JSON nested too deep to be Slurm output") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         head = source[:200] if isinstance(source, str) else repr(source[:200])
         hint = ""
@@ -177,11 +179,22 @@ def load_json(source: str | bytes | Mapping[str, Any], what: str) -> dict[str, A
     return data
 
 
-def json_number(value: Any) -> float | None:
+MAX_INT = 2**63 - 1
+"""The largest whole number any Slurm field holds (an int64); beyond it a value is damage."""
+MAX_COUNT = 2**32 - 1
+"""Counts Slurm keeps in 32 bits (CPUs, nodes, tasks, GPUs): larger is damage."""
+_MAX_EXACT = 2**53
+"""A JSON float at or past this is not an exact whole number any more."""
+MAX_NESTING = 64
+"""JSON numbers nest ``{"number": ...}`` this deep at most before they are damage."""
+
+
+def json_number(value: Any, _depth: int = 0) -> float | None:
     """A Slurm JSON number: plain, or ``{"set", "infinite", "number"}`` (23.02+).
 
     Unset and infinite values are None (a bare JSON ``Infinity`` or ``NaN`` too, as Python's
-    ``json`` reads them); the caller decides what infinite means.
+    ``json`` reads them); the caller decides what infinite means. Lenient: anything else
+    that is not a number is None too; :func:`json_float` and :func:`json_int` are strict.
     """
     if value is None or isinstance(value, bool):
         return None
@@ -190,9 +203,9 @@ def json_number(value: Any) -> float | None:
     if isinstance(value, int | float):
         return value
     if isinstance(value, Mapping):
-        if value.get("infinite") or not value.get("set", True):
+        if value.get("infinite") or not value.get("set", True) or _depth >= MAX_NESTING:
             return None
-        return json_number(value.get("number"))
+        return json_number(value.get("number"), _depth + 1)
     if isinstance(value, str):
         try:
             n = float(value)
@@ -202,13 +215,44 @@ def json_number(value: Any) -> float | None:
     return None
 
 
-def json_int(value: Any, what: str = "") -> int | None:
-    """:func:`json_number` as an int; with ``what``, a present value that is not a finite
-    number (``Infinity``, ``NaN``, a list...) is a :class:`ParseError` naming it."""
+def json_float(value: Any, what: str) -> float | None:
+    """A JSON number as a float: None when absent, unset or infinite (Slurm's own
+    ``{"infinite": true}``); a present value that is not a finite number (a bare
+    ``Infinity`` or ``NaN``, a word, a list, an object without a number) is a
+    :class:`ParseError` naming ``what``."""
     n = json_number(value)
-    if n is None and what and value is not None and not _unset(value):
-        raise ParseError(f"{what}: expected a number, got {snippet(repr(value))}")
-    return None if n is None else int(n)
+    if n is None and value is not None and not _unset(value):
+        raise ParseError(f"{what}: expected a number, got {snippet(_short_repr(value))}")
+    return None if n is None else float(n)
+
+
+def json_int(value: Any, what: str, hi: int = MAX_INT, lo: int = 0) -> int | None:
+    """A JSON whole number in ``[lo, hi]``; None when absent, unset or infinite.
+
+    Anything else present (``Infinity``, ``NaN``, ``8.5``, a word, a list, a number out of
+    range or past a float's precision) is a :class:`ParseError` naming ``what``.
+    """
+    n = json_number(value)
+    if n is None:
+        if value is not None and not _unset(value):
+            raise ParseError(f"{what}: expected a number, got {snippet(_short_repr(value))}")
+        return None
+    if isinstance(n, float):
+        if not n.is_integer() or abs(n) >= _MAX_EXACT:
+            raise ParseError(f"{what}: expected a whole number, got {n!r}")
+        n = int(n)
+    if not lo <= n <= hi:
+        raise ParseError(f"{what}: {n} is out of range ({lo}..{hi})")
+    return int(n)
+
+
+def _short_repr(value: Any) -> str:
+    """``repr`` of a JSON value, safe for any depth and size (for messages)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(repr(k) for k in list(value)[:5]) + ": ...}"
+    if isinstance(value, list):
+        return f"[... {len(value)} items]"
+    return repr(value)[:80]
 
 
 def _unset(value: Any) -> bool:
@@ -220,14 +264,24 @@ def _unset(value: Any) -> bool:
 
 @contextmanager
 def field_errors(where: str) -> Iterator[None]:
-    """Turn a raw exception from reading one record (a wrong-typed or out-of-range field)
-    into a :class:`ParseError` naming the record: no raw exception type leaves a parser."""
+    """Turn a raw exception from reading one record (a wrong-typed or out-of-range field,
+    a structure nested too deep) into a :class:`ParseError` naming the record: no raw
+    exception type leaves a parser."""
     try:
         yield
     except ParseError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
-        raise ParseError(f"{where}: unreadable value ({type(e).__name__}: {e})") from None
+    except (
+        TypeError,
+        ValueError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        OSError,
+        RecursionError,
+    ) as e:
+        raise ParseError(f"{where}: unreadable value ({type(e).__name__}: {e})"[:300]) from None
 
 
 def json_infinite(value: Any) -> bool:
@@ -241,6 +295,17 @@ def json_str(value: Any) -> str | None:
     if isinstance(value, list):
         value = ",".join(str(v) for v in value)
     return clean(str(value))
+
+
+def json_name(value: Any, what: str) -> str | None:
+    """A JSON field holding one name (a node, a partition, a user): a string, or None when
+    absent or null-like; anything else (a number, a list, an object) is a
+    :class:`ParseError` naming ``what``, never the name ``{'a': 1}``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ParseError(f"{what}: expected a name, got {snippet(_short_repr(value))}")
+    return clean(value)
 
 
 def slurm_version(meta: Mapping[str, Any]) -> str | None:
@@ -265,6 +330,47 @@ def to_int(value: str, what: str) -> int:
         raise ParseError(f"{what}: expected an integer, got {snippet(value)}") from None
 
 
+def check_errors(data: Mapping[str, Any], what: str) -> None:
+    """A :class:`ParseError` quoting Slurm's ``errors`` when the document has any."""
+    errors = data.get("errors")
+    if errors:
+        try:
+            text = str(errors)[:200]
+        except RecursionError:
+            text = _short_repr(errors)
+        raise ParseError(f"{what} reports errors: {snippet(text, 200)}")
+
+
+def whole(text: str, what: str, hi: int = MAX_INT) -> int:
+    """A whole-number field of Slurm's text: digits only (the whole token, no sign, no
+    trailing letters) and at most ``hi``; a :class:`ParseError` naming ``what`` otherwise.
+    ``30x96101`` is damage, not 30."""
+    t = text.strip()
+    if not (t.isdigit() and t.isascii()):
+        raise ParseError(f"{what}: expected a whole number, got {snippet(t)}")
+    n = int(t)
+    if n > hi:
+        raise ParseError(f"{what}: {n} is out of range (at most {hi})")
+    return n
+
+
+def cut_line(text: str) -> int | None:
+    """The number of the last line when ``text`` does not end with a newline (output cut
+    short: its last line, maybe its last value, is incomplete), else None.
+
+    Slurm's commands end every line with a newline; a caller that holds complete output
+    without its final newline (a file that lost it) gives it back with one.
+    """
+    if not text or text.endswith("\n"):
+        return None
+    if not text.rstrip(" \t\r\x1e"):  # only blanks after the last newline
+        return None
+    tail = text.rfind("\n")
+    if not text[tail + 1 :].strip():
+        return None
+    return text.count("\n") + 1
+
+
 def json_objects(
     source: str | bytes | Mapping[str, Any], what: str, key: str = "jobs"
 ) -> list[Mapping[str, Any]]:
@@ -274,8 +380,7 @@ def json_objects(
     entry is not an object, naming the entry.
     """
     data = load_json(source, what)
-    if data.get("errors"):
-        raise ParseError(f"{what} reports errors: {snippet(str(data['errors']), 200)}")
+    check_errors(data, what)
     items = data.get(key)
     if not isinstance(items, list):
         raise ParseError(f"{what}: no {key!r} list (keys: {sorted(data)[:10]})")

@@ -18,10 +18,14 @@ from typing import Any
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
+    MAX_COUNT,
+    MAX_INT,
     RowWarnings,
     clean,
+    field_errors,
+    json_float,
     json_int,
-    json_number,
+    json_name,
     json_objects,
     json_str,
 )
@@ -134,19 +138,21 @@ def parse_sacct_parsable(
     return out
 
 
-def _tres_list(items: Any) -> dict[str, str]:
+def _tres_list(items: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    if not isinstance(items, list):
+    if items is None:
         return out
+    if not isinstance(items, list):
+        raise ParseError(f"{where}: expected a TRES list, got {type(items).__name__}")
     for t in items:
         if not isinstance(t, Mapping):
-            continue
+            raise ParseError(f"{where}: expected TRES objects, got {type(t).__name__}")
         kind = str(t.get("type") or "")
         name = t.get("name")
         key = f"{kind}/{name}" if name else kind
-        count = json_number(t.get("count"))
+        count = json_int(t.get("count"), f"{where} {key or '?'} count", lo=-MAX_INT)
         if kind and count is not None:
-            out[key.lower()] = str(int(count))
+            out[key.lower()] = str(count)
     return out
 
 
@@ -160,79 +166,117 @@ def _state(value: Any) -> tuple[JobStateName, str]:
     return parse_job_state(raw), raw
 
 
-def _json_job_id(j: Mapping[str, Any]) -> str:
-    job_id = json_int(j.get("job_id"))
+def _json_job_id(j: Mapping[str, Any], where: str) -> str:
+    job_id = json_int(j.get("job_id"), f"{where} job_id")
     if job_id is None:
-        raise ParseError("sacct JSON: job without job_id")
+        raise ParseError(f"{where}: job without job_id")
     array = j.get("array")
     if isinstance(array, Mapping):
-        array_job = json_int(array.get("job_id")) or 0
-        task = json_int(array.get("task_id"))
+        array_job = json_int(array.get("job_id"), f"{where} array.job_id") or 0
+        task = json_int(array.get("task_id"), f"{where} array.task_id")
         if array_job and task is not None:
             return f"{array_job}_{task}"
     return str(job_id)
 
 
+def _obj(block: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """A nested object (``{}`` when absent); a present value of another type is damage."""
+    value = block.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{where}: {key} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _time(t: Mapping[str, Any], key: str, where: str) -> datetime | None:
+    what = f"{where} time.{key}"
+    return epoch(json_float(t.get(key), what), what)
+
+
 def parse_sacct_json(
     source: str | bytes | Mapping[str, Any], *, include_steps: bool = False
 ) -> list[AcctRecord]:
-    """``sacct --json`` -> one record per job (and per step with ``include_steps``)."""
+    """``sacct --json`` -> one record per job (and per step with ``include_steps``).
+
+    A value of the wrong type or out of range is a :class:`ParseError` naming the job and
+    field (``sacct JSON jobs[3] time.start``); a job listed twice (same id and submit
+    time) is duplicated output and refused.
+    """
     jobs = json_objects(source, "sacct JSON")
     out: list[AcctRecord] = []
-    for j in jobs:
-        t = j.get("time") if isinstance(j.get("time"), Mapping) else {}
-        assert isinstance(t, Mapping)
-        state, raw = _state(j.get("state"))
-        limit = json_number(t.get("limit"))
-        tres = j.get("tres") if isinstance(j.get("tres"), Mapping) else {}
-        assert isinstance(tres, Mapping)
-        assoc = j.get("association") if isinstance(j.get("association"), Mapping) else {}
-        assert isinstance(assoc, Mapping)
-        job_id = _json_job_id(j)
+    seen: dict[tuple[str, datetime | None], int] = {}
+    for i, j in enumerate(jobs):
+        where = f"sacct JSON jobs[{i}]"
+        with field_errors(where):
+            records = _json_records(j, where, include_steps)
+        key = (records[0].job_id, records[0].submit_time)
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise ParseError(
+                f"{where}: job {key[0]} is listed twice (first as jobs[{first}]): duplicated output"
+            )
+        out.extend(records)
+    return out
+
+
+def _json_records(j: Mapping[str, Any], where: str, include_steps: bool) -> list[AcctRecord]:
+    t = _obj(j, "time", where)
+    state, raw = _state(j.get("state"))
+    limit = json_int(t.get("limit"), f"{where} time.limit", MAX_COUNT)
+    tres = _obj(j, "tres", where)
+    assoc = _obj(j, "association", where)
+    job_id = _json_job_id(j, where)
+    out = [
+        AcctRecord(
+            job_id=job_id,
+            state=state,
+            state_raw=raw,
+            job_name=json_str(j.get("name")),
+            account=json_name(j.get("account"), f"{where} account"),
+            user=json_name(j.get("user"), f"{where} user")
+            or json_name(assoc.get("user"), f"{where} association.user"),
+            partition=json_name(j.get("partition"), f"{where} partition"),
+            submit_time=_time(t, "submission", where),
+            start_time=_time(t, "start", where),
+            end_time=_time(t, "end", where),
+            elapsed_s=json_int(t.get("elapsed"), f"{where} time.elapsed"),
+            time_limit_s=None if limit is None else limit * 60,
+            alloc_tres=_tres_list(tres.get("allocated"), f"{where} tres.allocated"),
+        )
+    ]
+    if not include_steps:
+        return out
+    steps = j.get("steps")
+    if steps is None:
+        return out
+    if not isinstance(steps, list):
+        raise ParseError(f"{where}: steps is {type(steps).__name__}, expected a list")
+    for k, s in enumerate(steps):
+        swhere = f"{where} steps[{k}]"
+        if not isinstance(s, Mapping):
+            raise ParseError(f"{swhere}: expected an object")
+        step = _obj(s, "step", swhere)
+        st = _obj(s, "time", swhere)
+        sid = step.get("id")
+        if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
+            sid = f"{sid.get('job_id', job_id)}.{sid.get('step_id')}"
+        elif sid is not None and not isinstance(sid, str):
+            raise ParseError(f"{swhere}: step.id is {type(sid).__name__}, expected a string")
+        sstate, sraw = _state(s.get("state"))
+        stres = _obj(s, "tres", swhere)
         out.append(
             AcctRecord(
-                job_id=job_id,
-                state=state,
-                state_raw=raw,
-                job_name=json_str(j.get("name")),
-                account=json_str(j.get("account")),
-                user=json_str(j.get("user")) or json_str(assoc.get("user")),
-                partition=json_str(j.get("partition")),
-                submit_time=epoch(json_number(t.get("submission"))),
-                start_time=epoch(json_number(t.get("start"))),
-                end_time=epoch(json_number(t.get("end"))),
-                elapsed_s=json_int(t.get("elapsed")),
-                time_limit_s=None if limit is None else int(limit * 60),
-                alloc_tres=_tres_list(tres.get("allocated")),
+                job_id=str(sid) if sid else f"{job_id}.?",
+                state=sstate,
+                state_raw=sraw,
+                job_name=json_str(step.get("name")),
+                start_time=_time(st, "start", swhere),
+                end_time=_time(st, "end", swhere),
+                elapsed_s=json_int(st.get("elapsed"), f"{swhere} time.elapsed"),
+                alloc_tres=_tres_list(stres.get("allocated"), f"{swhere} tres.allocated"),
             )
         )
-        if not include_steps:
-            continue
-        for s in j.get("steps") or []:
-            if not isinstance(s, Mapping):
-                continue
-            step = s.get("step") if isinstance(s.get("step"), Mapping) else {}
-            assert isinstance(step, Mapping)
-            st = s.get("time") if isinstance(s.get("time"), Mapping) else {}
-            assert isinstance(st, Mapping)
-            sid = step.get("id")
-            if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
-                sid = f"{sid.get('job_id', job_id)}.{sid.get('step_id')}"
-            sstate, sraw = _state(s.get("state"))
-            stres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
-            assert isinstance(stres, Mapping)
-            out.append(
-                AcctRecord(
-                    job_id=str(sid) if sid else f"{job_id}.?",
-                    state=sstate,
-                    state_raw=sraw,
-                    job_name=json_str(step.get("name")),
-                    start_time=epoch(json_number(st.get("start"))),
-                    end_time=epoch(json_number(st.get("end"))),
-                    elapsed_s=json_int(st.get("elapsed")),
-                    alloc_tres=_tres_list(stres.get("allocated")),
-                )
-            )
     return out
 
 

@@ -23,10 +23,11 @@ from federation.core.charge import AllocationUnit
 from federation.core.errors import ParseError
 from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
+    check_errors,
     clean,
     field_errors,
+    json_float,
     json_int,
-    json_number,
     json_str,
     load_json,
     snippet,
@@ -74,8 +75,7 @@ class ShareRecord:
 def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareRecord]:
     """``sshare --json`` (data_parser v0.0.40+) -> records in the order Slurm prints them."""
     data = load_json(source, "sshare JSON")
-    if data.get("errors"):
-        raise ParseError(f"sshare JSON reports errors: {snippet(str(data['errors']), 200)}")
+    check_errors(data, "sshare JSON")
     block = data.get("shares")
     rows = block.get("shares") if isinstance(block, Mapping) else None
     if not isinstance(rows, list):
@@ -109,25 +109,42 @@ def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
         cluster=json_str(s.get("cluster")),
         partition=json_str(s.get("partition")),
         shares=json_int(s.get("shares"), f"{where} shares"),
-        shares_normalized=json_number(s.get("shares_normalized")),
+        shares_normalized=_fraction(s.get("shares_normalized"), f"{where} shares_normalized"),
         usage=json_int(s.get("usage"), f"{where} usage"),
-        usage_normalized=json_number(s.get("usage_normalized")),
-        effective_usage=json_number(s.get("effective_usage")),
-        fairshare_factor=json_number(fs.get("factor")),
-        fairshare_level=json_number(fs.get("level")),
-        grp_cpu_minutes=_json_tres(tres.get("group_minutes"), "cpu"),
-        grp_billing_minutes=_json_tres(tres.get("group_minutes"), "billing"),
+        usage_normalized=_fraction(s.get("usage_normalized"), f"{where} usage_normalized"),
+        effective_usage=_fraction(s.get("effective_usage"), f"{where} effective_usage"),
+        fairshare_factor=_fraction(fs.get("factor"), f"{where} fairshare.factor"),
+        fairshare_level=_level(fs.get("level"), f"{where} fairshare.level"),
+        grp_cpu_minutes=_json_tres(tres.get("group_minutes"), "cpu", where),
+        grp_billing_minutes=_json_tres(tres.get("group_minutes"), "billing", where),
     )
 
 
-def _json_tres(entries: Any, name: str) -> int | None:
+def _json_tres(entries: Any, name: str, where: str) -> int | None:
     """The ``name`` TRES of a JSON TRES list (None when absent or not set)."""
     if not isinstance(entries, list):
         return None
     for e in entries:
         if isinstance(e, Mapping) and e.get("name") == name:
-            return json_int(e.get("value"))
+            return json_int(e.get("value"), f"{where} tres.group_minutes {name}")
     return None
+
+
+def _fraction(value: Any, what: str) -> float | None:
+    """A non-negative finite JSON number (a normalized share, usage or factor)."""
+    n = json_float(value, what)
+    if n is not None and n < 0:
+        raise ParseError(f"{what}: {n} is negative")
+    return n
+
+
+def _level(value: Any, what: str) -> float | None:
+    """LevelFS: a non-negative number, infinite (Slurm's ``inf``) for no usage at all."""
+    if isinstance(value, float) and value == math.inf:
+        return math.inf
+    if isinstance(value, Mapping) and value.get("infinite") is True:
+        return math.inf
+    return _fraction(value, what)
 
 
 def _float(value: str, what: str) -> float | None:

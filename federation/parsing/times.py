@@ -98,10 +98,20 @@ def parse_timestamp(text: str | None, utc_offset_s: float | None = 0) -> datetim
     return dt if dt.utcoffset() == _ZERO else dt.astimezone(UTC)
 
 
-def epoch(value: float | None) -> datetime | None:
-    """Epoch seconds (JSON) -> aware UTC datetime; 0 and None are None."""
-    if not value or value < 0:
+MAX_EPOCH_S = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second a datetime holds: a later time is damage."""
+
+
+def epoch(value: float | None, what: str = "time") -> datetime | None:
+    """Epoch seconds (JSON) -> aware UTC datetime; 0 and None are None.
+
+    A negative time or one past year 9999 is a :class:`ParseError` naming ``what`` (not
+    the ``OSError``/``ValueError``/``OverflowError`` the conversion would raise).
+    """
+    if value is None or value == 0:
         return None
+    if not 0 < value <= MAX_EPOCH_S:  # NaN too
+        raise ParseError(f"{what}: epoch time {value!r} is out of range")
     return datetime.fromtimestamp(value, tz=UTC)
 
 
