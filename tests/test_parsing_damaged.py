@@ -59,6 +59,7 @@ def test_a_damaged_default_squeue_line_is_skipped_with_a_warning_not_shifted() -
             "4243 EXTRA epyc train alice R 1:00 1 a022",
         ]
     )
+    text += "\n"  # squeue ends its output with a newline (without, the last line is cut)
     warnings: list[str] = []
     jobs = jobs_from_table(parse_format_output(text, SQUEUE_DEFAULT_FORMAT), warnings=warnings)
     assert [(j.job_id, j.partition, j.state) for j in jobs] == [("4242", "epyc", "running")]

@@ -28,6 +28,7 @@ from federation.parsing.common import (
     json_name,
     json_objects,
     json_str,
+    whole,
 )
 from federation.parsing.gres import parse_tres
 from federation.parsing.states import parse_job_state
@@ -106,7 +107,16 @@ def parse_sacct_parsable(
     if "job_id" not in idx or "state" not in idx:
         raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
     out: list[AcctRecord] = []
+    seen: dict[tuple[str, ...], int] = {}
     for n, row in enumerate(table.rows):
+        first = seen.setdefault(tuple(row), n)
+        if first != n:  # sacct lists a requeued job again, but never with every field equal
+            notes.add(
+                "duplicate",
+                f"sacct line {table.line_of(n)} skipped: the same row as line "
+                f"{table.line_of(first)}: duplicated output",
+            )
+            continue
         get = {k: row[i] for k, i in idx.items()}
         try:
             raw_state = get["state"].strip()
@@ -119,7 +129,7 @@ def parse_sacct_parsable(
                     job_name=clean(get.get("job_name")),
                     account=clean(get.get("account")),
                     user=clean(get.get("user")),
-                    uid=int(uid_text) if uid_text and uid_text.isdigit() else None,
+                    uid=None if uid_text is None else whole(uid_text, "UID", MAX_COUNT),
                     partition=clean(get.get("partition")),
                     submit_time=parse_timestamp(get.get("submit"), utc_offset_s),
                     start_time=parse_timestamp(get.get("start"), utc_offset_s),

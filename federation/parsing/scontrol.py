@@ -20,7 +20,16 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord, NodeRecord
-from federation.parsing.common import RowWarnings, as_text, clean, field_errors, snippet
+from federation.parsing.common import (
+    MAX_COUNT,
+    RowWarnings,
+    as_text,
+    clean,
+    cut_line,
+    field_errors,
+    snippet,
+    whole,
+)
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts
 from federation.parsing.states import parse_job_state, parse_node_state
@@ -48,13 +57,28 @@ def _tokens(line: str) -> list[tuple[str, str]]:
     return out
 
 
-def parse_scontrol_records(text: str | bytes) -> list[dict[str, str]]:
+def parse_scontrol_records(
+    text: str | bytes, warnings: list[str] | None = None
+) -> list[dict[str, str]]:
     """Every record in ``scontrol show ...`` output as ``{key: value}`` (values stripped).
 
-    Raises :class:`ParseError` when the output has non-empty lines but no ``Key=value``,
-    or is bytes that are not UTF-8 (naming the line).
+    Output that ends without a newline was cut: its last value is dropped, with a note in
+    ``warnings``. Raises :class:`ParseError` when the output has non-empty lines but no
+    ``Key=value``, or is bytes that are not UTF-8 (naming the line).
     """
-    return [rec for _, rec in _numbered_records(as_text(text, "scontrol"))]
+    notes = RowWarnings()
+    records = [rec for _, rec in _checked_records(as_text(text, "scontrol"), notes)]
+    notes.into(warnings)
+    return records
+
+
+def _checked_records(raw: str, notes: RowWarnings) -> list[tuple[int, dict[str, str]]]:
+    """:func:`_numbered_records`, with the cut last value of an output without its final
+    newline dropped (and noted)."""
+    numbered = _numbered_records(raw)
+    if numbered and cut_line(raw) is not None:
+        _drop_cut_value(raw, numbered[-1][1], notes)
+    return numbered
 
 
 def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
@@ -116,11 +140,22 @@ _PART_STATES: dict[str, PartitionStateName] = {
 }
 
 
-def _opt_int(value: str | None) -> int | None:
+def _opt_int(value: str | None, what: str = "value") -> int | None:
+    """A whole number, None when absent, null-like or a word (``UNLIMITED``, ``N/A``); a
+    token that starts with a digit but is not all digits (``30x96101``) is damage."""
     v = clean(value)
-    if v is None or not v.isdigit():
+    if v is None or not v[:1].isdigit():
         return None
-    return int(v)
+    return whole(v, what)
+
+
+def _count(value: str | None, what: str, default: int) -> int:
+    """A count field (``CPUTot=8``); a missing one gives ``default``, a damaged one
+    (``-192``, ``30x96101``) a :class:`ParseError`, never its leading digits."""
+    v = clean(value)
+    if v is None:
+        return default
+    return whole(v, what)
 
 
 def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> PartitionInfo:
@@ -150,8 +185,8 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
         state=state,
         max_time_s=max_time_s,
         default=(rec.get("Default") or "").upper() == "YES",
-        total_nodes=_opt_int(rec.get("TotalNodes")),
-        total_cpus=_opt_int(rec.get("TotalCPUs")),
+        total_nodes=_opt_int(rec.get("TotalNodes"), f"{where} TotalNodes"),
+        total_cpus=_opt_int(rec.get("TotalCPUs"), f"{where} TotalCPUs"),
         nodes=clean(rec.get("Nodes")),
         default_time_s=default_time_s,
         gpus_by_type=gpus,
@@ -160,15 +195,32 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
     )
 
 
-def parse_scontrol_partitions(text: str) -> list[PartitionInfo]:
-    """``scontrol show partition [-o]`` -> one :class:`PartitionInfo` per partition."""
-    records = parse_scontrol_records(text)
+def parse_scontrol_partitions(
+    text: str | bytes, warnings: list[str] | None = None
+) -> list[PartitionInfo]:
+    """``scontrol show partition [-o]`` -> one :class:`PartitionInfo` per partition.
+
+    A partition listed twice is duplicated output: a :class:`ParseError` naming it.
+    """
+    records = parse_scontrol_records(text, warnings)
     out = []
+    seen: dict[str, int] = {}
     for n, rec in enumerate(records, start=1):
+        where = f"scontrol show partition record {n}"
         if "PartitionName" not in rec:
-            raise ParseError(f"scontrol show partition record {n}: no PartitionName= key")
-        out.append(partition_from_record(rec, f"scontrol show partition record {n}"))
+            raise ParseError(f"{where}: no PartitionName= key")
+        with field_errors(where):
+            info = partition_from_record(rec, where)
+        _once(seen, info.name, n, f"{where}: partition")
+        out.append(info)
     return out
+
+
+def _once(seen: dict[str, int], key: str, n: int, what: str) -> None:
+    """Refuse a second record of the same name (duplicated output would count twice)."""
+    first = seen.setdefault(key, n)
+    if first != n:
+        raise ParseError(f"{what} {key} is listed twice (first as record {first})")
 
 
 def partition_node_count(info: PartitionInfo) -> int:
@@ -181,9 +233,18 @@ def partition_node_count(info: PartitionInfo) -> int:
 # --- jobs --------------------------------------------------------------------------------
 
 
-def _leading_int(value: str | None, default: int) -> int:
-    m = re.match(r"\s*(\d+)", value or "")
-    return int(m.group(1)) if m else default
+_RANGE = re.compile(r"(\d+)(?:-\d+)?")
+
+
+def _low_of_range(value: str | None, what: str, default: int) -> int:
+    """``NumNodes=1`` or a range ``1-2`` -> its low end; anything else is damage."""
+    v = clean(value)
+    if v is None:
+        return default
+    m = _RANGE.fullmatch(v)
+    if m is None:
+        raise ParseError(f"{what}: expected a number or a range N-M, got {snippet(v)}")
+    return whole(m.group(1), what, MAX_COUNT)
 
 
 def _user(value: str | None) -> str | None:
@@ -203,9 +264,9 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
         job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
     reason = clean(rec.get("Reason"))
     state = parse_job_state(clean(rec.get("JobState")), reason)
-    nodes = _leading_int(rec.get("NumNodes"), 1)  # "1" or a range "1-2"
-    cpus = _leading_int(rec.get("NumCPUs"), 1)
-    tasks = _opt_int(rec.get("NumTasks"))
+    nodes = _low_of_range(rec.get("NumNodes"), f"{where} NumNodes", 1)  # "1" or "1-2"
+    cpus = _low_of_range(rec.get("NumCPUs"), f"{where} NumCPUs", 1)
+    tasks = _opt_int(rec.get("NumTasks"), f"{where} NumTasks")
     tres = parse_tres(rec.get("TRES") or rec.get("ReqTRES") or rec.get("AllocTRES"))
     gpus, gpu_type = tres_gpus(tres)
     for key, mult in (("TresPerJob", 1), ("TresPerNode", nodes), ("TresPerTask", tasks or 1)):
@@ -222,7 +283,7 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
     elif clean(rec.get("MinMemoryCPU")):
         per_cpu, _ = parse_memory(rec["MinMemoryCPU"])
         mem_mb = None if per_cpu is None else per_cpu * cpus // max(1, nodes)
-    priority = _opt_int(rec.get("Priority"))
+    priority = _opt_int(rec.get("Priority"), f"{where} Priority")
 
     def ts(key: str) -> datetime | None:
         return parse_timestamp(rec.get(key), utc_offset_s)
@@ -253,13 +314,20 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
         raise ParseError(f"{where} job {job_id}: field {loc}: {first['msg']}") from None
 
 
-def parse_scontrol_jobs(text: str, utc_offset_s: float = 0) -> list[JobRecord]:
-    """``scontrol show job [-o]`` -> JobRecords."""
+def parse_scontrol_jobs(
+    text: str | bytes, utc_offset_s: float = 0, warnings: list[str] | None = None
+) -> list[JobRecord]:
+    """``scontrol show job [-o]`` -> JobRecords; a job listed twice is a ParseError."""
     out = []
-    for n, rec in enumerate(parse_scontrol_records(text), start=1):
+    seen: dict[str, int] = {}
+    for n, rec in enumerate(parse_scontrol_records(text, warnings), start=1):
+        where = f"scontrol show job record {n}"
         if "JobId" not in rec:
-            raise ParseError(f"scontrol show job record {n}: no JobId= key")
-        out.append(job_from_record(rec, utc_offset_s, f"scontrol show job record {n}"))
+            raise ParseError(f"{where}: no JobId= key")
+        with field_errors(where):
+            job = job_from_record(rec, utc_offset_s, where)
+        _once(seen, job.job_id, n, f"{where}: job")
+        out.append(job)
     return out
 
 
@@ -282,8 +350,8 @@ def nodes_from_record(
     if name is None:
         raise ParseError(f"{where}: record without NodeName")
     state, flags = parse_node_state(clean(rec.get("State")))
-    cpus_total = _leading_int(rec.get("CPUTot"), 0)
-    cpus_alloc = _leading_int(rec.get("CPUAlloc"), 0)
+    cpus_total = _count(rec.get("CPUTot"), f"{where} CPUTot", 0)
+    cpus_alloc = _count(rec.get("CPUAlloc"), f"{where} CPUAlloc", 0)
     alloc_tres = parse_tres(rec.get("AllocTRES"))
     used: dict[str, int] = {}
     for key, val in alloc_tres.items():
@@ -313,8 +381,8 @@ def nodes_from_record(
             "reason": reason,
             "cpus_total": cpus_total,
             "cpus_alloc": cpus_alloc,
-            "mem_mb_total": _leading_int(rec.get("RealMemory"), 0),
-            "mem_mb_alloc": _leading_int(rec.get("AllocMem"), 0),
+            "mem_mb_total": _count(rec.get("RealMemory"), f"{where} RealMemory", 0),
+            "mem_mb_alloc": _count(rec.get("AllocMem"), f"{where} AllocMem", 0),
             "gpus_total_by_type": gpus_by_type(rec.get("Gres")),
             "gpus_alloc_by_type": used,
             "features": features,
@@ -337,10 +405,8 @@ def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -
     notes = RowWarnings()
     out: list[NodeRecord] = []
     raw = as_text(text, "scontrol show node", notes)
-    numbered = _numbered_records(raw)
-    if numbered and raw.strip() and not raw.endswith("\n"):
-        _drop_cut_value(raw, numbered[-1][1], notes)
-    for n, (line, rec) in enumerate(numbered, start=1):
+    seen: dict[str, int] = {}
+    for n, (line, rec) in enumerate(_checked_records(raw, notes), start=1):
         where = f"scontrol show node record {n} (line {line})"
         if "NodeName" not in rec:
             raise ParseError(f"{where}: no NodeName= key")
@@ -356,6 +422,7 @@ def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -
                 rec[key] = first
         with field_errors(where):
             out.extend(nodes_from_record(rec, where, notes))
+        _once(seen, rec["NodeName"], n, f"{where}: node")
     notes.into(warnings)
     return out
 
@@ -388,6 +455,6 @@ def _drop_cut_value(raw: str, last: dict[str, str], notes: RowWarnings) -> None:
         del last[key]
         notes.add(
             "cut",
-            f"scontrol show node line {line_no}: output ends mid-line (cut?); its last "
+            f"scontrol line {line_no}: output ends mid-line (cut?); its last "
             f"value {key}={snippet(value)} is not trusted and dropped",
         )

@@ -28,7 +28,14 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
+from federation.parsing.common import (
+    RowWarnings,
+    as_text,
+    clean,
+    snippet,
+    split_records,
+    whole,
+)
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
@@ -114,6 +121,8 @@ class _Builder:
         if reason is None and nodelist_reason is not None and state != "running":
             nr = nodelist_reason.strip()
             if nr.startswith("("):  # %R: "(Reason)" while pending, node names once running
+                if not nr.endswith(")"):
+                    raise ParseError(f"NODELIST(REASON) {snippet(nr)} is cut: no closing ')'")
                 reason = clean(_strip_parens(nr))
                 state = parse_job_state(raw_state or "PENDING", reason)
             elif raw_state is None and clean(nr) is not None:
@@ -225,11 +234,7 @@ class _Builder:
             name = name.strip() or None
         user = cell("user")
         priority_text = cell("priority")
-        priority = None
-        if priority_text is not None:
-            p = priority_text.strip()
-            if p.isdigit():
-                priority = int(p)
+        priority = None if priority_text is None else _priority(priority_text)
         part = cell("partition")
         node_list = cell("node_list")
         if node_list is None and state not in _NO_NODES:  # %R: node names once running
@@ -263,6 +268,21 @@ class _Builder:
             raise ParseError(f"field {loc}: {first['msg']}") from None
 
 
+def _priority(text: str) -> int | None:
+    """PriorityLong: a whole number up to 2**63, or None for ``N/A`` and empty."""
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        return int(text)
+    return None if clean(text) is None else whole(text, "priority")
+
+
+def _once(seen: dict[str, int], job_id: str, n: int) -> str | None:
+    """Why record ``n`` repeats an earlier one (duplicated output), or None."""
+    first = seen.setdefault(job_id, n)
+    if first == n:
+        return None
+    return f"job {job_id} is listed twice (first as record {first}): duplicated output"
+
+
 def parse_squeue(
     stdout: str,
     fields: Sequence[str] = SQUEUE_FIELDS,
@@ -289,11 +309,14 @@ def parse_squeue(
         if fields in _PROBE_FIELDS:
             return _fast_probe_jobs(rows, builder, est)
         build = builder.build
+        seen: dict[str, int] = {}
         for n, row in enumerate(rows, start=1):
             try:
                 job = build(row, n)
             except ParseError as e:
                 raise ParseError(f"{e} (record starts {snippet(row[0])})") from None
+            if (dup := _once(seen, job.job_id, n)) is not None:
+                raise ParseError(f"squeue record {n}: {dup}")
             if job.state in _ESTIMATED:
                 start = est.get(job.job_id)
                 if start is not None and start != job.start_time:
@@ -317,6 +340,7 @@ def _fast_probe_jobs(
     width = len(SQUEUE_FIELDS)
     out: list[JobRecord] = []
     append = out.append
+    seen: dict[str, int] = {}
     n = 0
     try:
         for row in rows:
@@ -345,10 +369,13 @@ def _fast_probe_jobs(
             ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
+            if job_id in seen and (dup := _once(seen, job_id, n)):
+                raise ParseError(dup)
+            seen[job_id] = n
             state, reason = state_reason(st, rsn, None)
-            nodes = int(nn) if nn.isdigit() else (_int(nn, "NumNodes") or 1)
-            cpus = int(nc) if nc.isdigit() else (_int(nc, "NumCPUs") or 1)
-            tasks = int(nt) if nt.isdigit() else _int(nt, "NumTasks")
+            nodes = _int(nn, "NumNodes") or 1
+            cpus = _int(nc, "NumCPUs") or 1
+            tasks = _int(nt, "NumTasks")
             gpus, gpu_type, mem_mb = resources((ta, tpj, tpn, tpt, nodes, tasks))
             if mem_mb is None:
                 mem_mb = memory(mm)
@@ -370,7 +397,7 @@ def _fast_probe_jobs(
                 if estimates and state in _ESTIMATED
                 else ts(start),
                 "end_time": ts(end),
-                "priority": int(prio) if prio.isdigit() else None,
+                "priority": _priority(prio),
                 "node_names": hosts(node_list, state) if node_list else (),
             }
             append(validate(data))
@@ -400,11 +427,22 @@ def jobs_from_table(
     notes = RowWarnings()
     out: list[JobRecord] = []
     build, line_of = builder._build, table.line_of
+    seen: dict[str, int] = {}
     for n, row in enumerate(table.rows):
         try:
-            out.append(build(row))
+            job = build(row)
         except ParseError as e:
             notes.add("squeue row", f"squeue line {line_of(n)} skipped: {e}")
+            continue
+        first = seen.setdefault(job.job_id, line_of(n))
+        if first != line_of(n):
+            notes.add(
+                "duplicate",
+                f"squeue line {line_of(n)} skipped: job {job.job_id} is listed twice "
+                f"(first on line {first}): duplicated output",
+            )
+            continue
+        out.append(job)
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
@@ -435,8 +473,15 @@ def parse_squeue_jsonlike(
         except json.JSONDecodeError as e:
             table.skip(n, f"not JSON ({e.msg})", s)
             continue
+        except RecursionError:
+            table.skip(n, "JSON nested too deep", s)
+            continue
         if not isinstance(obj, dict):
             table.skip(n, "not a JSON object", s)
+            continue
+        odd = next((k for k in keys if not isinstance(obj.get(k), str | int | None)), None)
+        if odd is not None or any(isinstance(obj.get(k), bool) for k in keys):
+            table.skip(n, f"field {odd} is not a string or a whole number", s)
             continue
         table.rows.append(["" if obj.get(k) is None else str(obj.get(k)) for k in keys])
         table.line_numbers.append(n)

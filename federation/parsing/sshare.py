@@ -15,6 +15,7 @@ service unit of its charge unit (:mod:`federation.core.charge`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,12 +26,14 @@ from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
     check_errors,
     clean,
+    cut_line,
     field_errors,
     json_float,
     json_int,
     json_str,
     load_json,
     snippet,
+    whole,
 )
 
 SSHARE_FIELDS: tuple[str, ...] = (
@@ -147,30 +150,35 @@ def _level(value: Any, what: str) -> float | None:
     return _fraction(value, what)
 
 
-def _float(value: str, what: str) -> float | None:
+_DOUBLE = re.compile(r"\d+\.\d{6}")
+"""sshare prints every fraction with ``%f``: six decimals (``0.750000``); fewer is a cut."""
+
+
+def _float(value: str, what: str, *, infinite: bool = False) -> float | None:
+    """A fraction column (``NormShares``, ``FairShare``...): six decimals as sshare prints
+    them, ``inf`` where ``infinite`` (LevelFS of an association without usage)."""
     v = clean(value)
     if v is None:
         return None
-    try:
-        return float(v)
-    except ValueError:
-        raise ParseError(f"{what}: expected a number, got {snippet(value)}") from None
+    if infinite and v == "inf":
+        return math.inf
+    if _DOUBLE.fullmatch(v) is None:
+        raise ParseError(f"{what}: expected a number like 0.500000, got {snippet(value)}")
+    return float(v)
 
 
-def _whole(value: float | None, what: str) -> int | None:
-    if value is None:
-        return None
-    if not math.isfinite(value):
-        raise ParseError(f"{what}: expected a count, got {value}")
-    return int(value)
+def _count(value: str, what: str) -> int | None:
+    """A whole-number column (``RawUsage``, ``RawShares``); empty is None."""
+    v = clean(value)
+    return None if v is None else whole(v, what)
 
 
-def _tres(value: str, name: str) -> int | None:
+def _tres(value: str, name: str, what: str) -> int | None:
     """``cpu=6000,billing=9000,mem=...`` and ``cpu`` -> 6000; None when there is no limit."""
     for part in (value or "").split(","):
         key, _, num = part.partition("=")
-        if key.strip() == name and num.strip().isdigit():
-            return int(num)
+        if key.strip() == name:
+            return whole(num, f"{what} {name}")
     return None
 
 
@@ -178,7 +186,9 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     """``sshare --noheader --parsable2 --format=<fields>`` -> records in Slurm's order.
 
     An account row has an empty ``User``; a user row's ``Account`` is its parent. The
-    leading spaces Slurm indents the tree with are dropped.
+    leading spaces Slurm indents the tree with are dropped. Strict, like the probe's other
+    formats: a :class:`ParseError` names the line of a damaged value (``0.7`` for
+    ``0.750000``, ``-25000``), a row listed twice, or a last line without its newline (cut).
     """
     if not isinstance(text, str):
         raise ParseError(f"sshare: expected text output, got {type(text).__name__}")
@@ -186,47 +196,70 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     for need in ("account", "user"):
         if need not in index:
             raise ParseError(f"sshare: the format has no {need.title()} field ({fields})")
+    cut = cut_line(text)
+    if cut is not None:
+        raise ParseError(f"sshare line {cut}: output ends without a newline: cut short")
+    get = {name: index.get(name.lower()) for name in _COLUMNS}
+    nfields = len(fields)
     out: list[ShareRecord] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    seen: dict[tuple[str, str | None], int] = {}
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         cols = line.split("|")
-        if len(cols) != len(fields):
+        if len(cols) != nfields:
             raise ParseError(
-                f"sshare line {lineno}: {len(cols)} fields, expected {len(fields)} "
+                f"sshare line {lineno}: {len(cols)} fields, expected {nfields} "
                 f"({'|'.join(fields)}): {snippet(line)}"
             )
-
-        def col(name: str, cols: list[str] = cols) -> str:
-            i = index.get(name.lower())
-            return cols[i] if i is not None else ""
-
+        c = {name: ("" if i is None else cols[i]) for name, i in get.items()}
         where = f"sshare line {lineno}"
-        account = clean(col("Account"))
+        account = clean(c["Account"])
         if account is None:
             raise ParseError(f"{where}: no account: {snippet(line)}")
-        user = clean(col("User"))
+        user = clean(c["User"])
+        first = seen.setdefault((account, user), lineno)
+        if first != lineno:
+            raise ParseError(
+                f"{where}: {'user ' + user if user else 'account'} of {account} is listed "
+                f"twice (first on line {first}): duplicated output"
+            )
         # "parent": the association takes its parent's share (fairshare=parent)
-        raw_shares = col("RawShares")
-        raw = None if raw_shares.strip() == "parent" else _float(raw_shares, f"{where} RawShares")
-        usage = _float(col("RawUsage"), f"{where} RawUsage")
+        raw_shares = c["RawShares"]
+        grp = c["GrpTRESMins"]
         out.append(
             ShareRecord(
                 name=user or account,
                 kind="user" if user else "association",
                 parent=account if user else None,
-                shares=_whole(raw, f"{where} RawShares"),
-                shares_normalized=_float(col("NormShares"), f"{where} NormShares"),
-                usage=_whole(usage, f"{where} RawUsage"),
-                usage_normalized=_float(col("NormUsage"), f"{where} NormUsage"),
-                effective_usage=_float(col("EffectvUsage"), f"{where} EffectvUsage"),
-                fairshare_factor=_float(col("FairShare"), f"{where} FairShare"),
-                fairshare_level=_float(col("LevelFS"), f"{where} LevelFS"),
-                grp_cpu_minutes=_tres(col("GrpTRESMins"), "cpu"),
-                grp_billing_minutes=_tres(col("GrpTRESMins"), "billing"),
+                shares=None
+                if raw_shares.strip() == "parent"
+                else _count(raw_shares, f"{where} RawShares"),
+                shares_normalized=_float(c["NormShares"], f"{where} NormShares"),
+                usage=_count(c["RawUsage"], f"{where} RawUsage"),
+                usage_normalized=_float(c["NormUsage"], f"{where} NormUsage"),
+                effective_usage=_float(c["EffectvUsage"], f"{where} EffectvUsage"),
+                fairshare_factor=_float(c["FairShare"], f"{where} FairShare"),
+                fairshare_level=_float(c["LevelFS"], f"{where} LevelFS", infinite=True),
+                grp_cpu_minutes=_tres(grp, "cpu", f"{where} GrpTRESMins"),
+                grp_billing_minutes=_tres(grp, "billing", f"{where} GrpTRESMins"),
             )
         )
     return out
+
+
+_COLUMNS = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "GrpTRESMins",
+)
 
 
 def allocation_from_shares(
