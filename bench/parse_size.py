@@ -91,7 +91,9 @@ def _sshare(size: int) -> tuple[str, int]:
 def _scontrol_part(size: int) -> tuple[str, int]:
     text = (SAMPLES / "OSC__owens-scontrol-show-part-o.txt").read_text()
     lines = [ln + "\n" for ln in text.splitlines() if ln.strip()]
-    return _repeat(lines, size, lambda ln, n: re.sub(r"^PartitionName=\S+", f"PartitionName=p{n}", ln))
+    return _repeat(
+        lines, size, lambda ln, n: re.sub(r"^PartitionName=\S+", f"PartitionName=p{n}", ln)
+    )
 
 
 def _records(text: str, head: str) -> list[str]:
@@ -102,7 +104,9 @@ def _records(text: str, head: str) -> list[str]:
 def _scontrol_node(size: int) -> tuple[str, int]:
     recs = _records((RECORDED / "probetest-scontrol-show-node-22.05.8.txt").read_text(), "NodeName")
     with_parts = [r for r in recs if re.search(r"Partitions=\S", r)]
-    return _repeat(with_parts, size, lambda r, n: re.sub(r"^NodeName=\S+", f"NodeName=n{n}", r))
+    text, _ = _repeat(with_parts, size, lambda r, n: re.sub(r"^NodeName=\S+", f"NodeName=n{n}", r))
+    slots = sum(len(m.split(",")) for m in re.findall(r"Partitions=(\S+)", text))
+    return text, slots
 
 
 def _scontrol_job(size: int) -> tuple[str, int]:
@@ -130,12 +134,14 @@ def _squeue_table(size: int) -> tuple[str, int]:
     return lines[0] + "\n" + text, n
 
 
-def _json_list(doc: dict[str, Any], key: list[str], size: int, renumber: Callable[..., None]):
+def _json_list(
+    doc: dict[str, Any], key: list[str], size: int, renumber: Callable[..., None]
+) -> tuple[str, int]:
     block = doc
     for k in key[:-1]:
         block = block[k]
     items = block[key[-1]]
-    one = sum(len(json.dumps(i)) for i in items) or 1
+    one = sum(len(json.dumps(i, indent=1)) for i in items) or 1
     copies = max(1, size // one + 1)
     out = []
     n = 0
@@ -245,16 +251,30 @@ INPUTS: dict[str, Callable[[int], tuple[str, int]]] = {
 """Every format: its 50 MB input builder (the parser is chosen in :func:`_parse`)."""
 
 
+def _peak_mb() -> float:
+    """This process's peak resident memory: ``VmHWM`` (its own, where ``ru_maxrss`` would
+    carry over the parent's across exec on Linux), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child(fmt: str, path: str, expected: int) -> None:
     text = Path(path).read_text(encoding="utf-8")
-    before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    t0 = time.perf_counter()
+    before_mb = _peak_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
     count = _parse(fmt, text)
-    seconds = time.perf_counter() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak_mb = _peak_mb()
     if count != expected:
         raise SystemExit(f"{fmt}: parsed {count} records, expected {expected}")
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "before_mb": before_mb}))
+    print(
+        json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mb": peak_mb, "before_mb": before_mb})
+    )
 
 
 def run(fmt: str, size_mb: float, tmp: Path) -> dict[str, Any]:
@@ -277,6 +297,7 @@ def run(fmt: str, size_mb: float, tmp: Path) -> dict[str, Any]:
         "mb": round(len(text.encode()) / 1e6, 1),
         "records": expected,
         "seconds": round(figures["seconds"], 2),
+        "cpu_s": round(figures["cpu_s"], 2),
         "peak_mb": round(figures["peak_mb"]),
         "input_loaded_mb": round(figures["before_mb"]),
     }
@@ -294,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     formats = [f for f in args.only.split(",") if f] or list(INPUTS)
     rows = []
-    print(f"{'format':20s} {'MB':>5s} {'records':>9s} {'s':>6s} {'peak MB':>8s}  (input loaded)")
+    print(f"{'format':20s} {'MB':>5s} {'records':>9s} {'s':>6s} {'cpu s':>6s} {'peak MB':>8s}")
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in formats:
             row = run(fmt, args.mb, Path(tmp))
@@ -305,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             ok = row["seconds"] <= TARGET_S and row["peak_mb"] <= TARGET_MB
             print(
                 f"{fmt:20s} {row['mb']:5.1f} {row['records']:9d} {row['seconds']:6.2f} "
-                f"{row['peak_mb']:8d}  ({row['input_loaded_mb']} MB)  "
+                f"{row['cpu_s']:6.2f} {row['peak_mb']:8d}  (input loaded: "
+                f"{row['input_loaded_mb']} MB)  "
                 f"{'ok' if ok else 'OVER TARGET'}"
             )
     if args.save:

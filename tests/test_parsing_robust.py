@@ -75,8 +75,7 @@ def test_sacct_p_output_cut_mid_last_line() -> None:
     assert table.columns[:3] == ["Account", "UID", "JobID"] and len(table.columns) == 7
     assert len(table.rows) == 1943 and table.skipped == 1
     assert table.warnings == [
-        f"line 1945: output ends without a newline: last line cut short: "
-        f"{text.splitlines()[-1]!r}"
+        f"line 1945: output ends without a newline: last line cut short: {text.splitlines()[-1]!r}"
     ]
     assert table.line_numbers[:2] == [2, 3] and table.line_of(1942) == 1944
 
@@ -339,7 +338,7 @@ def _summary(k: int) -> str:
 def test_sacct_warnings_are_capped_with_a_summary() -> None:
     body = [  # 19,440 rows, each job id once (a repeated row is a duplicate); every other
         # one cut short
-        "|".join(f[:2] + [f"{k}{f[2]}"] + f[3:])
+        "|".join([*f[:2], f"{k}{f[2]}", *f[3:]])
         for k in range(10)
         for f in (ln.split("|") for ln in SACCT_LINES[1:])
     ]

@@ -377,6 +377,7 @@ NodeName=n2 Arch=x86_64
    Partitions=cpu
    AllocTRES=
    Reason=
+
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -339,6 +340,19 @@ def check_errors(data: Mapping[str, Any], what: str) -> None:
         except RecursionError:
             text = _short_repr(errors)
         raise ParseError(f"{what} reports errors: {snippet(text, 200)}")
+
+
+JOB_ID = re.compile(r"\d+(?:[_+][\w\[\]%,-]*)?(?:\.[\w+-]+)?")
+"""A Slurm job id as its commands print it: ``123``, ``123_4``, ``123_[1-10%2]``, ``123+1``
+(heterogeneous), and for sacct steps ``123.batch``, ``123_4.0``."""
+
+
+def job_id(text: str, what: str = "job id") -> str:
+    """A job id, checked against :data:`JOB_ID` (``5376666x`` is damage, not a job)."""
+    t = text.strip()
+    if JOB_ID.fullmatch(t) is None or not t.isascii():
+        raise ParseError(f"{what}: {snippet(t)} is not a Slurm job id")
+    return t
 
 
 def whole(text: str, what: str, hi: int = MAX_INT) -> int:

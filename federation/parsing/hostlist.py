@@ -67,10 +67,10 @@ def expand_hostlist(text: str | None, limit: int = MAX_HOSTS) -> list[str]:
     if "[" not in value:
         if "]" in value:
             raise ParseError(f"host list {snippet(value)}: unbalanced brackets")
-        hosts = [h.strip() for h in split_top(value) if h.strip()]
-        if len(hosts) > limit:
+        plain = [h.strip() for h in split_top(value) if h.strip()]
+        if len(plain) > limit:
             raise ParseError(f"host list {snippet(value)}: more than {limit} hosts")
-        return hosts
+        return plain
     items: list[tuple[str, list[tuple[str, list[tuple[int, int, int]]]], str]] = []
     total = 0
     for item in split_top(value):

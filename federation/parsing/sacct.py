@@ -19,7 +19,6 @@ from federation.core.errors import ParseError
 from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
     MAX_COUNT,
-    MAX_INT,
     RowWarnings,
     clean,
     field_errors,
@@ -30,6 +29,7 @@ from federation.parsing.common import (
     json_str,
     whole,
 )
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import parse_tres
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import parse_delimited
@@ -123,7 +123,7 @@ def parse_sacct_parsable(
             uid_text = clean(get.get("uid"))
             out.append(
                 AcctRecord(
-                    job_id=get["job_id"].strip(),
+                    job_id=check_job_id(get["job_id"], "JobID"),
                     state=parse_job_state(raw_state),
                     state_raw=raw_state,
                     job_name=clean(get.get("job_name")),
@@ -148,6 +148,10 @@ def parse_sacct_parsable(
     return out
 
 
+NO_VAL64 = -2
+"""Slurm's NO_VAL64 (0xfffffffffffffffe) read as a signed int64: a TRES it did not count."""
+
+
 def _tres_list(items: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
     if items is None:
@@ -160,7 +164,9 @@ def _tres_list(items: Any, where: str) -> dict[str, str]:
         kind = str(t.get("type") or "")
         name = t.get("name")
         key = f"{kind}/{name}" if name else kind
-        count = json_int(t.get("count"), f"{where} {key or '?'} count", lo=-MAX_INT)
+        if t.get("count") == NO_VAL64:  # Slurm's "not counted" (energy without a plugin)
+            continue
+        count = json_int(t.get("count"), f"{where} {key or '?'} count")
         if kind and count is not None:
             out[key.lower()] = str(count)
     return out

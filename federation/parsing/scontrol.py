@@ -31,7 +31,7 @@ from federation.parsing.common import (
     whole,
 )
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
-from federation.parsing.hostlist import count_hosts
+from federation.parsing.hostlist import count_hosts, expand_hostlist
 from federation.parsing.states import parse_job_state, parse_node_state
 from federation.parsing.times import (
     is_unlimited,
@@ -73,11 +73,26 @@ def parse_scontrol_records(
 
 
 def _checked_records(raw: str, notes: RowWarnings) -> list[tuple[int, dict[str, str]]]:
-    """:func:`_numbered_records`, with the cut last value of an output without its final
-    newline dropped (and noted)."""
+    """:func:`_numbered_records`, without the last record when the output was cut: it ends
+    without a newline, or (multi-line records, which scontrol closes with a blank line)
+    without the blank line after the last record. That record may have lost values or
+    whole lines, so it is dropped with a note naming it, not read with defaults."""
     numbered = _numbered_records(raw)
-    if numbered and cut_line(raw) is not None:
-        _drop_cut_value(raw, numbered[-1][1], notes)
+    if not numbered:
+        return numbered
+    multi_line = any(line[:1] in (" ", "\t") for line in raw.split("\n", 64)[1:])
+    end = raw.rstrip(" \t\r")
+    cut = cut_line(raw) is not None or (multi_line and not end.endswith("\n\n"))
+    if cut:
+        line, rec = numbered.pop()
+        first = next(iter(rec.items()), ("?", "?"))
+        notes.add(
+            "cut",
+            f"scontrol line {line}: output ends without "
+            f"{'a blank line after its last record' if multi_line else 'a newline'} (cut "
+            f"short?); the record {first[0]}={snippet(first[1])} there is not trusted and "
+            "skipped",
+        )
     return numbered
 
 
@@ -105,6 +120,11 @@ def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
         if starts and first_key == head:
             current = {}
             records.append((n, current))
+        elif starts and not line[:1].isspace():
+            raise ParseError(
+                f"scontrol line {n}: a {first_key}= line among {head}= records (spliced "
+                f"output?): {snippet(line)}"
+            )
         assert current is not None
         for k, v in toks:
             current.setdefault(k, v)
@@ -171,6 +191,12 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
         default_time_s = parse_duration(rec.get("DefaultTime"))
     except ParseError as e:
         raise ParseError(f"{where} partition {name}: {e}") from None
+    nodes = clean(rec.get("Nodes"))
+    if nodes is not None:
+        try:
+            expand_hostlist(nodes)  # a damaged host list is not the partition's nodes
+        except ParseError as e:
+            raise ParseError(f"{where} partition {name} Nodes: {e}") from None
     tres = parse_tres(rec.get("TRES"))
     gpus: dict[str, int] = {}
     for key, val in tres.items():
@@ -187,7 +213,7 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
         default=(rec.get("Default") or "").upper() == "YES",
         total_nodes=_opt_int(rec.get("TotalNodes"), f"{where} TotalNodes"),
         total_cpus=_opt_int(rec.get("TotalCPUs"), f"{where} TotalCPUs"),
-        nodes=clean(rec.get("Nodes")),
+        nodes=nodes,
         default_time_s=default_time_s,
         gpus_by_type=gpus,
         tres=tres,
@@ -441,20 +467,3 @@ _ONE_WORD_NODE_KEYS = (
     "CfgTRES",
 )
 """Node fields whose value is one word: further words before the next key are damage."""
-
-
-def _drop_cut_value(raw: str, last: dict[str, str], notes: RowWarnings) -> None:
-    """Output that stops mid-line (no final newline) was cut: its last value may be cut
-    short (``Partitions=cpu,deb``), so it is dropped with a warning, not read at its word."""
-    line_no = raw.count("\n") + 1
-    toks = _tokens(raw.rsplit("\n", 1)[-1])
-    if not toks:
-        return
-    key, value = toks[-1]
-    if last.get(key) == value:
-        del last[key]
-        notes.add(
-            "cut",
-            f"scontrol line {line_no}: output ends mid-line (cut?); its last "
-            f"value {key}={snippet(value)} is not trusted and dropped",
-        )

@@ -36,6 +36,7 @@ from federation.parsing.common import (
     split_records,
     whole,
 )
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
@@ -212,6 +213,7 @@ class _Builder:
         job_id = cell("job_id", "").strip()
         if not job_id:
             raise ParseError("empty job id")
+        job_id = check_job_id(job_id, "JOBID")
         state, reason = self._state_reason(cell("state"), cell("reason"), cell("nodelist_reason"))
         nodes = _int(cell("nodes"), "nodes")
         nodes = 1 if nodes is None else nodes
@@ -369,6 +371,8 @@ def _fast_probe_jobs(
             ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
+            if not job_id.isdigit():
+                job_id = check_job_id(job_id, "JobArrayID")
             if job_id in seen and (dup := _once(seen, job_id, n)):
                 raise ParseError(dup)
             seen[job_id] = n
