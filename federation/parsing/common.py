@@ -139,9 +139,18 @@ def split_records(text: str, nfields: int, what: str) -> list[list[str]]:
         raise ParseError(f"{what} line {line_of(text, text.index(chr(0)))}: NUL byte in output")
     parts = text.split(RECORD_SEP + "\n")
     tail = parts.pop()
-    if tail.endswith(RECORD_SEP):  # last record without its newline
-        parts.append(tail[: -len(RECORD_SEP)])
-        tail = ""
+    if len(parts) > 1 or (parts and "\n" in parts[0]):
+        for k, part in enumerate(parts):
+            if "\n" in part:  # Slurm's fields hold no newline: a line of something else
+                raise ParseError(
+                    f"{what} record {k + 1}: a line break inside a record (a foreign or "
+                    f"repeated line?): {snippet(part)}"
+                )
+    if tail.endswith(RECORD_SEP):  # last record without its newline: cut after it?
+        raise ParseError(
+            f"{what} line {text.count(chr(10)) + 1}: output ends without a newline after its "
+            "last record (cut short?)"
+        )
     rows: list[list[str]] = []
     offset = 0
     for part in parts:
@@ -161,12 +170,30 @@ def split_records(text: str, nfields: int, what: str) -> list[list[str]]:
     return rows
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct (``json`` keeps the last of a repeated
+    key silently: a repeated line of pretty-printed output would change a value)."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return d
+
+
 def load_json(source: str | bytes | Mapping[str, Any], what: str) -> dict[str, Any]:
     """Parse JSON text (or accept an already-parsed mapping) whose top level is an object."""
     if isinstance(source, Mapping):
         return dict(source)
     try:
-        data = json.loads(source)
+        data = json.loads(source, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ParseError(
+            f"{what}: key {e.args[0]!r} twice in one object: duplicated output"
+        ) from None
     except RecursionError:
         raise ParseError(f"{what}: JSON nested too deep to be Slurm output") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -204,7 +231,10 @@ def json_number(value: Any, _depth: int = 0) -> float | None:
     if isinstance(value, int | float):
         return value
     if isinstance(value, Mapping):
-        if value.get("infinite") or not value.get("set", True) or _depth >= MAX_NESTING:
+        if _depth >= MAX_NESTING:
+            return None
+        _flags(value)
+        if value.get("infinite") or not value.get("set", True):
             return None
         return json_number(value.get("number"), _depth + 1)
     if isinstance(value, str):
@@ -214,6 +244,17 @@ def json_number(value: Any, _depth: int = 0) -> float | None:
             return None
         return n if math.isfinite(n) else None
     return None
+
+
+def _flags(value: Mapping[str, Any]) -> None:
+    """``set`` and ``infinite`` of a ``{"set", "infinite", "number"}`` are true or false:
+    anything else (``NaN``, a number, a word) is damage."""
+    for flag in ("set", "infinite"):
+        if flag in value and not isinstance(value[flag], bool):
+            raise ParseError(f"{flag!r}: expected true or false, got {_short_repr(value[flag])}")
+    if (value.get("infinite") is True or value.get("set") is False) and value.get("number"):
+        # Slurm writes 0 beside an infinite or unset flag: a number there is a flag damaged
+        raise ParseError(f"an infinite or unset value with the number {value['number']!r}")
 
 
 def json_float(value: Any, what: str) -> float | None:
@@ -239,9 +280,8 @@ def json_int(value: Any, what: str, hi: int = MAX_INT, lo: int = 0) -> int | Non
             raise ParseError(f"{what}: expected a number, got {snippet(_short_repr(value))}")
         return None
     if isinstance(n, float):
-        if not n.is_integer() or abs(n) >= _MAX_EXACT:
-            raise ParseError(f"{what}: expected a whole number, got {n!r}")
-        n = int(n)
+        # Slurm writes whole numbers as JSON integers: ``1e9`` or ``5.0`` is damage
+        raise ParseError(f"{what}: expected a whole number, got {n!r}")
     if not lo <= n <= hi:
         raise ParseError(f"{what}: {n} is out of range ({lo}..{hi})")
     return int(n)
@@ -258,6 +298,8 @@ def _short_repr(value: Any) -> str:
 
 def _unset(value: Any) -> bool:
     """Slurm's own "no value": an unset or infinite ``{"set", "infinite", "number"}``."""
+    if isinstance(value, Mapping):
+        _flags(value)
     return isinstance(value, Mapping) and (
         bool(value.get("infinite")) or not value.get("set", True)
     )
@@ -289,13 +331,19 @@ def json_infinite(value: Any) -> bool:
     return isinstance(value, Mapping) and bool(value.get("infinite"))
 
 
-def json_str(value: Any) -> str | None:
-    """A JSON string field, with Slurm's empty and null-like values as None."""
+def json_str(value: Any, what: str = "JSON text field") -> str | None:
+    """A JSON string field (or a list of strings, joined by commas), with Slurm's empty and
+    null-like values as None; any other type (a number, ``NaN``, an object) is a
+    :class:`ParseError` naming ``what``, never the text ``nan``."""
     if value is None:
         return None
     if isinstance(value, list):
-        value = ",".join(str(v) for v in value)
-    return clean(str(value))
+        if not all(isinstance(v, str) for v in value):
+            raise ParseError(f"{what}: expected text, got {snippet(_short_repr(value))}")
+        value = ",".join(value)
+    elif not isinstance(value, str):
+        raise ParseError(f"{what}: expected text, got {snippet(_short_repr(value))}")
+    return clean(value)
 
 
 def json_name(value: Any, what: str) -> str | None:
@@ -342,16 +390,34 @@ def check_errors(data: Mapping[str, Any], what: str) -> None:
         raise ParseError(f"{what} reports errors: {snippet(text, 200)}")
 
 
-JOB_ID = re.compile(r"\d+(?:[_+][\w\[\]%,-]*)?(?:\.[\w+-]+)?")
+_RANGE = r"\d{1,10}(?:-\d{1,10})?(?::\d{1,10})?"
+JOB_ID = re.compile(
+    rf"\d{{1,10}}(?:_(?:\d{{1,10}}|\[{_RANGE}(?:,{_RANGE})*(?:%\d{{1,10}})?\]"
+    r"|\[\d{1,10}(?:[-:,%]\d{1,10})*[-:,%]?))?(?:\+\d{1,10})?"
+)
 """A Slurm job id as its commands print it: ``123``, ``123_4``, ``123_[1-10%2]``, ``123+1``
-(heterogeneous), and for sacct steps ``123.batch``, ``123_4.0``."""
+(heterogeneous); each number at most 10 digits (Slurm keeps ids in 32 bits). A pending
+array's ``[...]`` may lack its ``]``: squeue's default JOBID column cuts it at 18 characters."""
+STEP_ID = re.compile(rf"(?:{JOB_ID.pattern})(?:\.(?:\d{{1,10}}|[A-Za-z][\w-]{{0,63}}))?")
+"""A job or step id as sacct prints it: ``123.batch``, ``123_4.0``, ``123+1.extern``."""
+_DIGITS = re.compile(r"\d+")
 
 
-def job_id(text: str, what: str = "job id") -> str:
-    """A job id, checked against :data:`JOB_ID` (``5376666x`` is damage, not a job)."""
+NAME = re.compile(r"[^\s|;,=\\\x1e\x1f]{1,256}")
+"""A user, account or partition name: one token, none of the separators Slurm's tables use."""
+
+
+def job_id(text: str, what: str = "job id", steps: bool = False) -> str:
+    """A job id (with ``steps``, a step id too), checked against :data:`JOB_ID` (or
+    :data:`STEP_ID`) and each of its numbers below 2**32: ``5376666x``, ``4.5`` in squeue,
+    ``99999999999999999999999`` and ``12_[x-4]`` are damage, not jobs."""
     t = text.strip()
-    if JOB_ID.fullmatch(t) is None or not t.isascii():
+    if t.isdigit() and len(t) < 10 and t.isascii():  # the common case, fast
+        return t
+    if (STEP_ID if steps else JOB_ID).fullmatch(t) is None or not t.isascii():
         raise ParseError(f"{what}: {snippet(t)} is not a Slurm job id")
+    if any(int(n) > MAX_COUNT for n in _DIGITS.findall(t)):
+        raise ParseError(f"{what}: {snippet(t)} is out of range (ids are 32-bit)")
     return t
 
 

@@ -8,6 +8,7 @@ from federation.core.errors import ParseError
 from federation.parsing.common import clean, snippet
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_NOT_HOSTS = re.compile(r"[\s=|;\\\x1e\x1f]")
 MAX_HOSTS = 1_000_000
 
 
@@ -38,7 +39,7 @@ def _ranges(spec: str, whole: str) -> list[tuple[int, int, int]]:
         lo, dash, hi = part.partition("-")
         if not dash:
             hi = lo
-        if not (lo.isdigit() and hi.isdigit() and lo.isascii() and hi.isascii()):
+        if not (lo.isdigit() and hi.isdigit() and lo.isascii() and hi.isascii() and len(hi) <= 10):
             what = "range" if dash else "index"
             raise ParseError(f"host list {snippet(whole)}: bad {what} {part!r}")
         low, high = int(lo), int(hi)
@@ -64,6 +65,8 @@ def expand_hostlist(text: str | None, limit: int = MAX_HOSTS) -> list[str]:
     value = clean(text)
     if value is None:
         return []
+    if _NOT_HOSTS.search(value) is not None:
+        raise ParseError(f"host list {snippet(value)}: not a host list (a space, = or |)")
     if "[" not in value:
         if "]" in value:
             raise ParseError(f"host list {snippet(value)}: unbalanced brackets")

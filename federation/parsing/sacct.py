@@ -22,7 +22,6 @@ from federation.parsing.common import (
     RowWarnings,
     clean,
     field_errors,
-    json_float,
     json_int,
     json_name,
     json_objects,
@@ -108,6 +107,7 @@ def parse_sacct_parsable(
         raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
     out: list[AcctRecord] = []
     seen: dict[tuple[str, ...], int] = {}
+    lines: dict[str, list[int]] = {}
     for n, row in enumerate(table.rows):
         first = seen.setdefault(tuple(row), n)
         if first != n:  # sacct lists a requeued job again, but never with every field equal
@@ -121,9 +121,13 @@ def parse_sacct_parsable(
         try:
             raw_state = get["state"].strip()
             uid_text = clean(get.get("uid"))
+            if "uid" in idx and (uid_text is None) != ("." in get["job_id"]):
+                raise ParseError(  # sacct prints a UID for every job and none for a step
+                    f"UID: {'empty for a job' if uid_text is None else 'given for a step'}"
+                )
             out.append(
                 AcctRecord(
-                    job_id=check_job_id(get["job_id"], "JobID"),
+                    job_id=check_job_id(get["job_id"], "JobID", steps=True),
                     state=parse_job_state(raw_state),
                     state_raw=raw_state,
                     job_name=clean(get.get("job_name")),
@@ -140,8 +144,18 @@ def parse_sacct_parsable(
                     exit_code=clean(get.get("exit_code")),
                 )
             )
+            lines.setdefault(out[-1].job_id, []).append(table.line_of(n))
         except ParseError as e:
             notes.add("sacct row", f"sacct line {table.line_of(n)} skipped: {e}")
+    twice = {j: at for j, at in lines.items() if len(at) > 1}
+    if twice:  # two rows of one id that differ: one is damaged, and which is unknowable
+        for j, at in twice.items():
+            notes.add(
+                "id twice",
+                f"sacct lines {', '.join(map(str, at))} skipped: {j} is listed twice with "
+                "different fields (a damaged or spliced line?)",
+            )
+        out = [r for r in out if r.job_id not in twice]
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
@@ -161,11 +175,13 @@ def _tres_list(items: Any, where: str) -> dict[str, str]:
     for t in items:
         if not isinstance(t, Mapping):
             raise ParseError(f"{where}: expected TRES objects, got {type(t).__name__}")
-        kind = str(t.get("type") or "")
-        name = t.get("name")
+        kind = json_str(t.get("type"), f"{where} type") or ""
+        name = json_str(t.get("name"), f"{where} {kind} name")
         key = f"{kind}/{name}" if name else kind
         if t.get("count") == NO_VAL64:  # Slurm's "not counted" (energy without a plugin)
             continue
+        if t.get("count") is None:  # Slurm writes every TRES with its count
+            raise ParseError(f"{where} {key or '?'}: no count")
         count = json_int(t.get("count"), f"{where} {key or '?'} count")
         if kind and count is not None:
             out[key.lower()] = str(count)
@@ -175,6 +191,12 @@ def _tres_list(items: Any, where: str) -> dict[str, str]:
 def _state(value: Any) -> tuple[JobStateName, str]:
     if isinstance(value, Mapping):
         value = value.get("current")
+    if not (
+        value is None
+        or isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    ):
+        raise ParseError(f"state: expected a name or a list of names, got {value!r}"[:120])
     if isinstance(value, list):
         raw = "+".join(str(v) for v in value)
         return parse_job_state([str(v) for v in value]), raw
@@ -183,13 +205,13 @@ def _state(value: Any) -> tuple[JobStateName, str]:
 
 
 def _json_job_id(j: Mapping[str, Any], where: str) -> str:
-    job_id = json_int(j.get("job_id"), f"{where} job_id")
+    job_id = json_int(j.get("job_id"), f"{where} job_id", MAX_COUNT)
     if job_id is None:
         raise ParseError(f"{where}: job without job_id")
     array = j.get("array")
     if isinstance(array, Mapping):
-        array_job = json_int(array.get("job_id"), f"{where} array.job_id") or 0
-        task = json_int(array.get("task_id"), f"{where} array.task_id")
+        array_job = json_int(array.get("job_id"), f"{where} array.job_id", MAX_COUNT) or 0
+        task = json_int(array.get("task_id"), f"{where} array.task_id", MAX_COUNT)
         if array_job and task is not None:
             return f"{array_job}_{task}"
     return str(job_id)
@@ -207,7 +229,9 @@ def _obj(block: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
 
 def _time(t: Mapping[str, Any], key: str, where: str) -> datetime | None:
     what = f"{where} time.{key}"
-    return epoch(json_float(t.get(key), what), what)
+    if key in t and t[key] is None:  # Slurm writes 0 for no time, never null
+        raise ParseError(f"{what}: null where a time belongs")
+    return epoch(json_int(t.get(key), what), what)  # Slurm's epoch times are whole
 
 
 def parse_sacct_json(
@@ -236,8 +260,21 @@ def parse_sacct_json(
     return out
 
 
+_JOB_KEYS = ("job_id", "state", "time")
+_TIME_KEYS = ("elapsed", "start", "end", "submission")
+"""What every sacct ``--json`` job holds since 21.08: one missing is damaged output."""
+
+
+def _need(block: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        if key not in block:
+            raise ParseError(f"{where}: no {key!r}: damaged output")
+
+
 def _json_records(j: Mapping[str, Any], where: str, include_steps: bool) -> list[AcctRecord]:
+    _need(j, _JOB_KEYS, where)
     t = _obj(j, "time", where)
+    _need(t, _TIME_KEYS, f"{where} time")
     state, raw = _state(j.get("state"))
     limit = json_int(t.get("limit"), f"{where} time.limit", MAX_COUNT)
     tres = _obj(j, "tres", where)
@@ -248,7 +285,7 @@ def _json_records(j: Mapping[str, Any], where: str, include_steps: bool) -> list
             job_id=job_id,
             state=state,
             state_raw=raw,
-            job_name=json_str(j.get("name")),
+            job_name=json_str(j.get("name"), f"{where} name"),
             account=json_name(j.get("account"), f"{where} account"),
             user=json_name(j.get("user"), f"{where} user")
             or json_name(assoc.get("user"), f"{where} association.user"),
@@ -274,19 +311,27 @@ def _json_records(j: Mapping[str, Any], where: str, include_steps: bool) -> list
             raise ParseError(f"{swhere}: expected an object")
         step = _obj(s, "step", swhere)
         st = _obj(s, "time", swhere)
+        _need(st, _TIME_KEYS[:3], f"{swhere} time")
         sid = step.get("id")
         if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
-            sid = f"{sid.get('job_id', job_id)}.{sid.get('step_id')}"
+            sjob, sstep = sid.get("job_id"), sid.get("step_id")
+            if sjob is not None:
+                sjob = json_int(sjob, f"{swhere} step.id.job_id", MAX_COUNT)
+            if not isinstance(sstep, str | int) or isinstance(sstep, bool):
+                raise ParseError(f"{swhere}: step.id.step_id is {type(sstep).__name__}")
+            sid = f"{job_id if sjob is None else sjob}.{sstep}"
         elif sid is not None and not isinstance(sid, str):
             raise ParseError(f"{swhere}: step.id is {type(sid).__name__}, expected a string")
         sstate, sraw = _state(s.get("state"))
         stres = _obj(s, "tres", swhere)
         out.append(
             AcctRecord(
-                job_id=str(sid) if sid else f"{job_id}.?",
+                job_id=check_job_id(str(sid), f"{swhere} step.id", steps=True)
+                if sid
+                else f"{job_id}.?",
                 state=sstate,
                 state_raw=sraw,
-                job_name=json_str(step.get("name")),
+                job_name=json_str(step.get("name"), f"{swhere} step.name"),
                 start_time=_time(st, "start", swhere),
                 end_time=_time(st, "end", swhere),
                 elapsed_s=json_int(st.get("elapsed"), f"{swhere} time.elapsed"),

@@ -22,6 +22,7 @@ from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord, NodeRecord
 from federation.parsing.common import (
     MAX_COUNT,
+    NAME,
     RowWarnings,
     as_text,
     clean,
@@ -30,10 +31,12 @@ from federation.parsing.common import (
     snippet,
     whole,
 )
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts, expand_hostlist
 from federation.parsing.states import parse_job_state, parse_node_state
 from federation.parsing.times import (
+    UNLIMITED_WORDS,
     is_unlimited,
     parse_duration,
     parse_memory,
@@ -41,6 +44,38 @@ from federation.parsing.times import (
 )
 
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
+
+PARTITION_KEYS = ("PartitionName", "State", "MaxTime", "TotalNodes", "TotalCPUs", "Nodes", "TRES")
+JOB_KEYS = (
+    "JobId",
+    "JobName",
+    "UserId",
+    "Priority",
+    "JobState",
+    "Partition",
+    "NumNodes",
+    "NumCPUs",
+    "TimeLimit",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+)
+NODE_KEYS = (
+    "NodeName",
+    "CPUAlloc",
+    "CPUTot",
+    "RealMemory",
+    "AllocMem",
+    "State",
+    "Gres",
+    "AvailableFeatures",
+)
+"""Keys every record of its kind holds (Slurm 17.11 to 25.11): a record without one lost a
+line or a value, and is skipped with a warning, not read with defaults."""
+
+_NODE_STATE = re.compile(r"[A-Za-z_+*~#!%$@^-]{1,200}")
+_NAME = re.compile(r"[\w.+-]{1,256}")
+"""A partition or node name: no space, ``=``, ``,`` or ``|``."""
 
 PartitionStateName = Literal["up", "down", "drain", "inactive", "unknown"]
 
@@ -58,7 +93,7 @@ def _tokens(line: str) -> list[tuple[str, str]]:
 
 
 def parse_scontrol_records(
-    text: str | bytes, warnings: list[str] | None = None
+    text: str | bytes, warnings: list[str] | None = None, required: tuple[str, ...] = ()
 ) -> list[dict[str, str]]:
     """Every record in ``scontrol show ...`` output as ``{key: value}`` (values stripped).
 
@@ -67,24 +102,28 @@ def parse_scontrol_records(
     ``Key=value``, or is bytes that are not UTF-8 (naming the line).
     """
     notes = RowWarnings()
-    records = [rec for _, rec in _checked_records(as_text(text, "scontrol"), notes)]
+    records = [rec for _, rec in _checked_records(as_text(text, "scontrol"), notes, required)]
     notes.into(warnings)
     return records
 
 
-def _checked_records(raw: str, notes: RowWarnings) -> list[tuple[int, dict[str, str]]]:
-    """:func:`_numbered_records`, without the last record when the output was cut: it ends
+def _checked_records(
+    raw: str, notes: RowWarnings, required: tuple[str, ...] = ()
+) -> list[tuple[int, dict[str, str]]]:
+    """:func:`_numbered_records`, without the records that are damaged (a line that is not
+    ``Key=value``, a key given twice with two values, a control character, one of
+    ``required`` missing) and without the last record when the output was cut: it ends
     without a newline, or (multi-line records, which scontrol closes with a blank line)
-    without the blank line after the last record. That record may have lost values or
+    without the blank line after the last record. Such a record may have lost values or
     whole lines, so it is dropped with a note naming it, not read with defaults."""
     numbered = _numbered_records(raw)
     if not numbered:
-        return numbered
+        return []
     multi_line = any(line[:1] in (" ", "\t") for line in raw.split("\n", 64)[1:])
     end = raw.rstrip(" \t\r")
     cut = cut_line(raw) is not None or (multi_line and not end.endswith("\n\n"))
     if cut:
-        line, rec = numbered.pop()
+        line, rec, _ = numbered.pop()
         first = next(iter(rec.items()), ("?", "?"))
         notes.add(
             "cut",
@@ -93,12 +132,58 @@ def _checked_records(raw: str, notes: RowWarnings) -> list[tuple[int, dict[str, 
             f"short?); the record {first[0]}={snippet(first[1])} there is not trusted and "
             "skipped",
         )
-    return numbered
+    out: list[tuple[int, dict[str, str]]] = []
+    for line, rec, damage in numbered:
+        if required and required[0] not in rec:
+            raise ParseError(f"scontrol line {line}: no {required[0]}= key")
+        missing = next((k for k in required if not rec.get(k) and k not in _MAY_BE_EMPTY), None)
+        if damage is None and missing is not None:
+            damage = f"no value for {missing}= (a line or a value lost?)"
+        spaced = next((k for k in _ONE_WORD if " " in rec.get(k, "")), None)
+        if damage is None and spaced is not None:
+            damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
+        if damage is not None:
+            first = next(iter(rec.items()), ("?", "?"))
+            notes.add(
+                "damaged record",
+                f"scontrol line {line}: record {first[0]}={snippet(first[1])} skipped: {damage}",
+            )
+            continue
+        out.append((line, rec))
+    return out
 
 
-def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
-    """The records with the line each starts on."""
-    records: list[tuple[int, dict[str, str]]] = []
+_MAY_BE_EMPTY = frozenset({"JobName"})
+_ONE_WORD = (
+    "JobId",
+    "UserId",
+    "Priority",
+    "JobState",
+    "Partition",
+    "NumNodes",
+    "NumCPUs",
+    "TimeLimit",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "PartitionName",
+    "MaxTime",
+    "TotalNodes",
+    "TotalCPUs",
+    "Nodes",
+    "TRES",
+    "State",
+)
+"""Job and partition fields whose value is one word: more words before the next key are
+damage (a line glued into the value). Nodes warn and keep the first word instead."""
+
+_KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
+"""A line without ``Key=`` that scontrol prints (22.05: ``NtasksPerTRES:0``)."""
+
+
+def _numbered_records(text: str) -> list[tuple[int, dict[str, str], str | None]]:
+    """The records with the line each starts on and the damage found in it, if any."""
+    records: list[tuple[int, dict[str, str], str | None]] = []
     head: str | None = None
     current: dict[str, str] | None = None
     for n, line in enumerate(text.split("\n"), start=1):
@@ -110,6 +195,8 @@ def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
                 raise ParseError(
                     f"scontrol line {n}: expected Key=value records, got {snippet(line)}"
                 )
+            if _KEYLESS.fullmatch(line) is None:
+                _damage(records, f"line {n} is not Key=value: {snippet(line)}")
             continue
         first_key = toks[0][0]
         starts = not line[:1].isspace() and line.lstrip().startswith(first_key + "=")
@@ -119,16 +206,30 @@ def _numbered_records(text: str) -> list[tuple[int, dict[str, str]]]:
             head = first_key
         if starts and first_key == head:
             current = {}
-            records.append((n, current))
+            records.append((n, current, None))
         elif starts and not line[:1].isspace():
             raise ParseError(
                 f"scontrol line {n}: a {first_key}= line among {head}= records (spliced "
                 f"output?): {snippet(line)}"
             )
+        elif not line.lstrip().startswith(first_key + "="):
+            _damage(records, f"line {n} starts with words that are not Key=value")
+        if f" {head}=" in line:  # a line glued to the start of another record
+            _damage(records, f"line {n} holds a second {head}=")
+        if "\x1f" in line or "\x1e" in line or "\t" in line:
+            _damage(records, f"line {n} holds a control character")
         assert current is not None
         for k, v in toks:
-            current.setdefault(k, v)
+            if current.setdefault(k, v) != v:
+                _damage(records, f"{k}= twice, as {snippet(current[k], 30)} and {snippet(v, 30)}")
     return records
+
+
+def _damage(records: list[tuple[int, dict[str, str], str | None]], what: str) -> None:
+    """Mark the current (last) record damaged, keeping the first damage found."""
+    n, rec, damage = records[-1]
+    if damage is None:
+        records[-1] = (n, rec, what)
 
 
 # --- partitions --------------------------------------------------------------------------
@@ -164,7 +265,7 @@ def _opt_int(value: str | None, what: str = "value") -> int | None:
     """A whole number, None when absent, null-like or a word (``UNLIMITED``, ``N/A``); a
     token that starts with a digit but is not all digits (``30x96101``) is damage."""
     v = clean(value)
-    if v is None or not v[:1].isdigit():
+    if v is None or v.lower() in UNLIMITED_WORDS:
         return None
     return whole(v, what)
 
@@ -182,6 +283,8 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
     name = clean(rec.get("PartitionName"))
     if name is None:
         raise ParseError(f"{where}: record without PartitionName: {snippet(str(rec))}")
+    if _NAME.fullmatch(name) is None:
+        raise ParseError(f"{where}: {snippet(name)} is not a partition name")
     state = _PART_STATES.get((rec.get("State") or "").strip().lower(), "unknown")
     max_time = rec.get("MaxTime")
     try:
@@ -228,7 +331,7 @@ def parse_scontrol_partitions(
 
     A partition listed twice is duplicated output: a :class:`ParseError` naming it.
     """
-    records = parse_scontrol_records(text, warnings)
+    records = parse_scontrol_records(text, warnings, PARTITION_KEYS)
     out = []
     seen: dict[str, int] = {}
     for n, rec in enumerate(records, start=1):
@@ -288,6 +391,7 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
     array_job, array_task = clean(rec.get("ArrayJobId")), clean(rec.get("ArrayTaskId"))
     if array_job and array_task:
         job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
+    job_id = check_job_id(job_id, "JobId")
     reason = clean(rec.get("Reason"))
     state = parse_job_state(clean(rec.get("JobState")), reason)
     nodes = _low_of_range(rec.get("NumNodes"), f"{where} NumNodes", 1)  # "1" or "1-2"
@@ -314,12 +418,17 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
     def ts(key: str) -> datetime | None:
         return parse_timestamp(rec.get(key), utc_offset_s)
 
+    user = _user(rec.get("UserId"))
+    partition = clean(rec.get("Partition")) or ""
+    bad = next((w for w in (user, *partition.split(",")) if w and not NAME.fullmatch(w)), None)
+    if bad is not None:
+        raise ParseError(f"{where} job {job_id}: {snippet(bad)} is not a user or partition name")
     data: dict[str, Any] = {
         "job_id": job_id,
-        "partition": clean(rec.get("Partition")) or "",
+        "partition": partition,
         "state": state,
         "reason": reason,
-        "user": _user(rec.get("UserId")),
+        "user": user,
         "name": clean(rec.get("JobName")),
         "nodes": nodes,
         "cpus": cpus,
@@ -346,7 +455,7 @@ def parse_scontrol_jobs(
     """``scontrol show job [-o]`` -> JobRecords; a job listed twice is a ParseError."""
     out = []
     seen: dict[str, int] = {}
-    for n, rec in enumerate(parse_scontrol_records(text, warnings), start=1):
+    for n, rec in enumerate(parse_scontrol_records(text, warnings, JOB_KEYS), start=1):
         where = f"scontrol show job record {n}"
         if "JobId" not in rec:
             raise ParseError(f"{where}: no JobId= key")
@@ -375,6 +484,10 @@ def nodes_from_record(
     name = clean(rec.get("NodeName"))
     if name is None:
         raise ParseError(f"{where}: record without NodeName")
+    if _NAME.fullmatch(name) is None:
+        raise ParseError(f"{where}: {snippet(name)} is not a node name")
+    if _NODE_STATE.fullmatch(rec.get("State", "")) is None:
+        raise ParseError(f"{where} node {name}: State={snippet(rec.get('State', ''))} is no state")
     state, flags = parse_node_state(clean(rec.get("State")))
     cpus_total = _count(rec.get("CPUTot"), f"{where} CPUTot", 0)
     cpus_alloc = _count(rec.get("CPUAlloc"), f"{where} CPUAlloc", 0)
@@ -395,6 +508,9 @@ def nodes_from_record(
     feats = clean(rec.get("AvailableFeatures"))
     features = tuple(f for f in (feats or "").split(",") if f)
     parts = [p for p in (clean(rec.get("Partitions")) or "").split(",") if p]
+    bad = next((w for w in (*features, *parts) if _NAME.fullmatch(w) is None), None)
+    if bad is not None:
+        raise ParseError(f"{where} node {name}: {snippet(bad)} is not a feature or partition")
     if not parts and warnings is not None:
         warnings.add("no partition", f"{where}: node {name} is in no partition; skipped")
     out = []
@@ -432,20 +548,19 @@ def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -
     out: list[NodeRecord] = []
     raw = as_text(text, "scontrol show node", notes)
     seen: dict[str, int] = {}
-    for n, (line, rec) in enumerate(_checked_records(raw, notes), start=1):
+    for n, (line, rec) in enumerate(_checked_records(raw, notes, NODE_KEYS), start=1):
         where = f"scontrol show node record {n} (line {line})"
         if "NodeName" not in rec:
             raise ParseError(f"{where}: no NodeName= key")
-        for key in _ONE_WORD_NODE_KEYS:
-            value = rec.get(key)
-            if value is not None and len(value.split()) > 1:
-                first, rest = value.split(None, 1)
-                notes.add(
-                    f"{key} stray words",
-                    f"{where}: {key}={snippet(value)} has stray words {snippet(rest)}; "
-                    f"read as {first!r}",
-                )
-                rec[key] = first
+        stray = next((k for k in _ONE_WORD_NODE_KEYS if len(rec.get(k, "").split()) > 1), None)
+        if stray is not None:  # a word glued into a one-word value: which part is right?
+            rest = rec[stray].split(None, 1)[1]
+            notes.add(
+                f"{stray} stray words",
+                f"{where}: node {snippet(rec['NodeName'].split()[0] or '?')} skipped: "
+                f"{stray}={snippet(rec[stray])} has stray words {snippet(rest)}",
+            )
+            continue
         with field_errors(where):
             out.extend(nodes_from_record(rec, where, notes))
         _once(seen, rec["NodeName"], n, f"{where}: node")

@@ -34,6 +34,7 @@ from federation.parsing.common import (
     json_name,
     json_str,
     load_json,
+    snippet,
     split_records,
     whole,
 )
@@ -179,9 +180,9 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
                         "cpus_total": total,
                         "cpus_alloc": alloc,
                         "mem_mb_total": whole(mem, "Memory"),
-                        "mem_mb_alloc": 0 if clean(amem) is None else whole(amem, "AllocMem"),
+                        "mem_mb_alloc": whole(amem, "AllocMem"),
                         "gpus_total_by_type": gres.get_or(row[i_gres], gpus_by_type),
-                        "gpus_alloc_by_type": gres.get_or(row[i_used], gpus_by_type),
+                        "gpus_alloc_by_type": gres.get_or(row[i_used], _used_gpus),
                         "features": feats.get_or(row[i_feat], _features)
                         if i_feat is not None
                         else (),
@@ -196,7 +197,26 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
 # --- JSON -------------------------------------------------------------------------------
 
 
+def _used_gpus(text: str | None) -> dict[str, int]:
+    return gpus_by_type(text, counted=True)
+
+
+def _given(block: Mapping[str, Any], key: str, where: str) -> Any:
+    """``block[key]`` (None when absent); a ``null`` there is damage: Slurm writes a count
+    or ``{"set": false}``, never ``null``, so ``null`` is not "none allocated"."""
+    if key in block and block[key] is None:
+        raise ParseError(f"{where} {key}: null where a count belongs")
+    return block.get(key)
+
+
 def _state_of(value: Any, flags: Any = None) -> tuple[str, tuple[str, ...]]:
+    if not (value is None or isinstance(value, str | list)):
+        raise ParseError(f"node state: expected a name, got {snippet(repr(value))}")
+    for names in (value, flags):
+        if isinstance(names, list) and (
+            len(set(map(str, names))) != len(names) or not all(isinstance(v, str) for v in names)
+        ):  # Slurm lists each state flag once, as a name: a repeat is a repeated line
+            raise ParseError(f"node state {snippet(str(names))}: a flag twice or not a name")
     extra = [str(f) for f in flags] if isinstance(flags, list) else []
     if isinstance(value, list):
         return parse_node_state([str(v) for v in value], extra)
@@ -218,20 +238,24 @@ def _per_node_record(n: Mapping[str, Any], i: int, warnings: RowWarnings) -> lis
         return []
     state, flags = _state_of(n.get("state"), n.get("state_flags"))
     cpus = _required(n, "cpus", where, MAX_COUNT)
-    alloc = json_int(n.get("alloc_cpus"), f"{where} alloc_cpus", MAX_COUNT) or 0
+    alloc = json_int(_given(n, "alloc_cpus", where), f"{where} alloc_cpus", MAX_COUNT) or 0
     feats = n.get("features")
-    features = tuple(str(f) for f in feats) if isinstance(feats, list) else _features(feats)
+    if isinstance(feats, list) and not all(isinstance(f, str) for f in feats):
+        raise ParseError(f"{where} features: expected names, got {snippet(repr(feats))}")
+    features = (
+        tuple(feats) if isinstance(feats, list) else _features(json_str(feats, f"{where} features"))
+    )
     common = {
         "name": name,
         "state": state,
         "state_flags": flags,
-        "reason": json_str(n.get("reason")),
+        "reason": json_str(n.get("reason"), f"{where} reason"),
         "cpus_total": cpus,
         "cpus_alloc": alloc,
         "mem_mb_total": _required(n, "real_memory", where),
-        "mem_mb_alloc": json_int(n.get("alloc_memory"), f"{where} alloc_memory") or 0,
-        "gpus_total_by_type": gpus_by_type(json_str(n.get("gres"))),
-        "gpus_alloc_by_type": gpus_by_type(json_str(n.get("gres_used"))),
+        "mem_mb_alloc": json_int(_given(n, "alloc_memory", where), f"{where} alloc_memory") or 0,
+        "gpus_total_by_type": gpus_by_type(json_str(n.get("gres"), f"{where} gres")),
+        "gpus_alloc_by_type": gpus_by_type(json_str(n.get("gres_used"), f"{where} gres_used")),
         "features": features,
     }
     return [_node({**common, "partition": p}, where) for p in parts]
@@ -291,9 +315,15 @@ def _grouped_records(r: Mapping[str, Any], i: int, warnings: RowWarnings) -> lis
     gres = r.get("gres") or {}
     feats = r.get("features") or {}
     reason = r.get("reason")
-    reason_text = json_str(reason.get("description")) if isinstance(reason, Mapping) else None
+    reason_text = (
+        json_str(reason.get("description"), f"{where} description")
+        if isinstance(reason, Mapping)
+        else None
+    )
     total = _required(cpus, "total", f"{where} cpus", MAX_COUNT)
-    allocated = json_int(cpus.get("allocated"), f"{where} cpus.allocated", MAX_COUNT) or 0
+    allocated = (
+        json_int(_given(cpus, "allocated", where), f"{where} cpus.allocated", MAX_COUNT) or 0
+    )
     if allocated > total:
         raise ParseError(f"{where}: cpus.allocated={allocated} exceeds cpus.total={total}")
     cpus_total = _split(total, n)
@@ -301,10 +331,10 @@ def _grouped_records(r: Mapping[str, Any], i: int, warnings: RowWarnings) -> lis
     mem_min = _required(mem, "minimum", f"{where} memory")
     mem_max = json_int(mem.get("maximum"), f"{where} memory.maximum")
     mem_max = mem_min if mem_max is None else mem_max
-    mem_alloc = json_int(mem.get("allocated"), f"{where} memory.allocated") or 0
-    gtot = gpus_by_type(json_str(gres.get("total")))
-    gused = gpus_by_type(json_str(gres.get("used")))
-    features = _features(json_str(feats.get("total")))
+    mem_alloc = json_int(_given(mem, "allocated", where), f"{where} memory.allocated") or 0
+    gtot = gpus_by_type(json_str(gres.get("total"), f"{where} total"))
+    gused = gpus_by_type(json_str(gres.get("used"), f"{where} used"))
+    features = _features(json_str(feats.get("total"), f"{where} total"))
     if n > 1 and (mem_min != mem_max or mem_alloc or gused):
         warnings.add(
             "approximated",

@@ -29,9 +29,11 @@ from pydantic import ValidationError
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
 from federation.parsing.common import (
+    NAME,
     RowWarnings,
     as_text,
     clean,
+    cut_line,
     snippet,
     split_records,
     whole,
@@ -59,7 +61,7 @@ from federation.parsing.squeue_fields import (
 )
 from federation.parsing.squeue_json import parse_squeue_json
 from federation.parsing.states import parse_job_state
-from federation.parsing.table import Table
+from federation.parsing.table import CUT, Table
 from federation.parsing.times import (
     parse_duration,
     parse_memory,
@@ -248,7 +250,7 @@ class _Builder:
             "partition": part.strip() if part is not None else "",
             "state": state,
             "reason": reason,
-            "user": clean(user),
+            "user": _name(user),
             "name": name,
             "nodes": nodes,
             "cpus": 1 if cpus is None else cpus,
@@ -270,10 +272,20 @@ class _Builder:
             raise ParseError(f"field {loc}: {first['msg']}") from None
 
 
+def _name(text: str | None) -> str | None:
+    """A user name: one token (``ywang2rrg|3074329|...`` is a line glued into it)."""
+    v = clean(text)
+    if v is None or NAME.fullmatch(v) is not None:
+        return v
+    raise ParseError(f"user: {snippet(v)} is not a user name")
+
+
 def _priority(text: str) -> int | None:
     """PriorityLong: a whole number up to 2**63, or None for ``N/A`` and empty."""
     if text.isdigit() and text.isascii() and len(text) < 19:
         return int(text)
+    if not text.strip():  # squeue prints a number or N/A: an empty one lost its value
+        raise ParseError("priority: empty")
     return None if clean(text) is None else whole(text, "priority")
 
 
@@ -371,7 +383,7 @@ def _fast_probe_jobs(
             ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
-            if not job_id.isdigit():
+            if not (job_id.isdigit() and len(job_id) < 10):
                 job_id = check_job_id(job_id, "JobArrayID")
             if job_id in seen and (dup := _once(seen, job_id, n)):
                 raise ParseError(dup)
@@ -388,7 +400,7 @@ def _fast_probe_jobs(
                 "partition": part,
                 "state": state,
                 "reason": reason,
-                "user": user or None,
+                "user": _name(user) if user else None,
                 "name": name or None,
                 "nodes": nodes,
                 "cpus": cpus,
@@ -467,10 +479,14 @@ def parse_squeue_jsonlike(
     """
     columns = list(keys.values())
     table = Table(columns=columns)
-    lines = as_text(text, "squeue JSON-like lines", table.notes).split("\n")
-    for n, line in enumerate(lines, start=1):
+    raw = as_text(text, "squeue JSON-like lines", table.notes)
+    cut = cut_line(raw)
+    for n, line in enumerate(raw.split("\n"), start=1):
         s = line.strip()
         if not s or s.startswith("#"):
+            continue
+        if n == cut:
+            table.skip(n, CUT, s)
             continue
         try:
             obj = json.loads(s)

@@ -169,8 +169,10 @@ def _int(text: str | None, what: str) -> int | None:
     if text.isdigit() and text.isascii() and len(text) < 10:
         return int(text)
     t = text.strip()
-    if not t or t.lower() in ("n/a", "(null)", "none"):
+    if t.lower() in ("n/a", "(null)", "none"):
         return None
+    if not t:  # squeue prints a count or N/A: an empty one lost its value
+        raise ParseError(f"{what}: empty")
     m = _COUNT.fullmatch(t)
     if m is None or not t.isascii():
         raise ParseError(f"{what}: expected a number, got {snippet(t)}")

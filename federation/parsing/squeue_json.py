@@ -13,11 +13,13 @@ from federation.core.snapshot import JobRecord
 from federation.parsing.common import (
     MAX_COUNT,
     field_errors,
-    json_float,
     json_int,
     json_name,
     json_objects,
     json_str,
+)
+from federation.parsing.common import (
+    job_id as check_job_id,
 )
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import _NO_NODES, _gpus
@@ -28,27 +30,31 @@ __all__ = ["parse_squeue_json"]
 
 
 def _json_job_id(j: Mapping[str, Any], where: str) -> str:
-    job_id = json_int(j.get("job_id"), f"{where} job_id")
+    job_id = json_int(j.get("job_id"), f"{where} job_id", MAX_COUNT)
     if job_id is None:
         raise ParseError(f"{where}: job without job_id")
-    array_job = json_int(j.get("array_job_id"), f"{where} array_job_id") or 0
+    array_job = json_int(j.get("array_job_id"), f"{where} array_job_id", MAX_COUNT) or 0
     if array_job:
-        task = json_int(j.get("array_task_id"), f"{where} array_task_id")
+        task = json_int(j.get("array_task_id"), f"{where} array_task_id", MAX_COUNT)
         if task is not None:
             return f"{array_job}_{task}"
-        spec = json_str(j.get("array_task_string"))
+        spec = json_str(j.get("array_task_string"), f"{where} array_task_string")
         if spec:
-            return f"{array_job}_[{spec}]"
+            return check_job_id(f"{array_job}_[{spec}]", f"{where} array_task_string")
     return str(job_id)
 
 
 def _time(j: Mapping[str, Any], key: str, where: str) -> datetime | None:
-    return epoch(json_float(j.get(key), f"{where} {key}"), f"{where} {key}")
+    if key in j and j[key] is None:  # Slurm writes 0 for no time, never null
+        raise ParseError(f"{where} {key}: null where a time belongs")
+    return epoch(json_int(j.get(key), f"{where} {key}"), f"{where} {key}")  # whole seconds
 
 
 def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
     raw_state = j.get("job_state")
-    reason = json_str(j.get("state_reason"))
+    if isinstance(raw_state, list) and not all(isinstance(s, str) for s in raw_state):
+        raise ParseError(f"{where} job_state: expected names, got {raw_state!r}"[:120])
+    reason = json_str(j.get("state_reason"), f"{where} state_reason")
     state = parse_job_state(
         [str(s) for s in raw_state] if isinstance(raw_state, list) else json_str(raw_state),
         reason,
@@ -56,12 +62,14 @@ def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
     nodes = json_int(j.get("node_count"), f"{where} node_count", MAX_COUNT) or 1
     cpus = json_int(j.get("cpus"), f"{where} cpus", MAX_COUNT)
     tasks = json_int(j.get("tasks"), f"{where} tasks", MAX_COUNT)
-    tres_text = json_str(j.get("tres_alloc_str")) or json_str(j.get("tres_req_str"))
+    tres_text = json_str(j.get("tres_alloc_str"), f"{where} tres_alloc_str") or json_str(
+        j.get("tres_req_str"), f"{where} tres_req_str"
+    )
     gpus, gpu_type, tres = _gpus(
         tres_text,
-        json_str(j.get("tres_per_job")),
-        json_str(j.get("tres_per_node")),
-        json_str(j.get("tres_per_task")),
+        json_str(j.get("tres_per_job"), f"{where} tres_per_job"),
+        json_str(j.get("tres_per_node"), f"{where} tres_per_node"),
+        json_str(j.get("tres_per_task"), f"{where} tres_per_task"),
         nodes,
         tasks,
     )
@@ -84,7 +92,7 @@ def _json_job(j: Mapping[str, Any], where: str) -> JobRecord:
         "state": state,
         "reason": reason,
         "user": json_name(j.get("user_name"), f"{where} user_name"),
-        "name": json_str(j.get("name")),
+        "name": json_str(j.get("name"), f"{where} name"),
         "nodes": nodes,
         "cpus": 1 if cpus is None else cpus,
         "mem_mb": mem_mb,

@@ -21,6 +21,7 @@ from federation.parsing.common import (
     snippet,
     split_records,
 )
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.states import JOB_STATE_TABLE
 from federation.parsing.times import parse_timestamp, zone_suffix
 
@@ -66,6 +67,7 @@ def parse_squeue_start(
         job_id = row[i_id].strip()
         if not job_id:
             raise ParseError(f"squeue --start record {n}: empty job id")
+        job_id = check_job_id(job_id, f"squeue --start record {n} JOBID")
         if job_id in out:
             raise ParseError(
                 f"squeue --start record {n}: job {job_id} is listed twice: duplicated output"

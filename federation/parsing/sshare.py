@@ -24,6 +24,7 @@ from federation.core.charge import AllocationUnit
 from federation.core.errors import ParseError
 from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
+    NAME,
     check_errors,
     clean,
     cut_line,
@@ -35,6 +36,7 @@ from federation.parsing.common import (
     snippet,
     whole,
 )
+from federation.parsing.gres import parse_tres
 
 SSHARE_FIELDS: tuple[str, ...] = (
     "Account",
@@ -93,14 +95,20 @@ def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareReco
     return out
 
 
+_NUMBERS = ("shares", "shares_normalized", "usage", "usage_normalized", "effective_usage")
+
+
 def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
-    name = json_str(s.get("name"))
+    name = json_str(s.get("name"), f"{where} name")
     if name is None:
         raise ParseError(f"{where}: no name")
     kinds = s.get("type")
     kind = str(kinds[0] if isinstance(kinds, list) and kinds else kinds or "").lower()
     if kind not in ("user", "association", ""):
         raise ParseError(f"{where} ({name}): type {snippet(str(kinds))} is not USER/ASSOCIATION")
+    nulls = [k for k in _NUMBERS if k in s and s[k] is None]
+    if nulls:  # Slurm writes a number or {"set": false} there, never null
+        raise ParseError(f"{where} ({name}): null where a number belongs: {nulls}")
     fs = s.get("fairshare") if isinstance(s.get("fairshare"), Mapping) else {}
     assert isinstance(fs, Mapping)
     tres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
@@ -108,9 +116,9 @@ def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
     return ShareRecord(
         name=name,
         kind=kind,
-        parent=json_str(s.get("parent")),
-        cluster=json_str(s.get("cluster")),
-        partition=json_str(s.get("partition")),
+        parent=json_str(s.get("parent"), f"{where} parent"),
+        cluster=json_str(s.get("cluster"), f"{where} cluster"),
+        partition=json_str(s.get("partition"), f"{where} partition"),
         shares=json_int(s.get("shares"), f"{where} shares"),
         shares_normalized=_fraction(s.get("shares_normalized"), f"{where} shares_normalized"),
         usage=json_int(s.get("usage"), f"{where} usage"),
@@ -134,10 +142,11 @@ def _json_tres(entries: Any, name: str, where: str) -> int | None:
 
 
 def _fraction(value: Any, what: str) -> float | None:
-    """A non-negative finite JSON number (a normalized share, usage or factor)."""
+    """A finite JSON number in [0, 1] (a normalized share, usage or a factor: fractions of
+    a whole, so ``1e18`` is damage)."""
     n = json_float(value, what)
-    if n is not None and n < 0:
-        raise ParseError(f"{what}: {n} is negative")
+    if n is not None and not 0 <= n <= 1:
+        raise ParseError(f"{what}: {n} is not a fraction in [0, 1]")
     return n
 
 
@@ -175,11 +184,8 @@ def _count(value: str, what: str) -> int | None:
 
 def _tres(value: str, name: str, what: str) -> int | None:
     """``cpu=6000,billing=9000,mem=...`` and ``cpu`` -> 6000; None when there is no limit."""
-    for part in (value or "").split(","):
-        key, _, num = part.partition("=")
-        if key.strip() == name:
-            return whole(num, f"{what} {name}")
-    return None
+    num = parse_tres(value).get(name)  # the whole list checked: a glued line is no limit
+    return None if num is None else whole(num, f"{what} {name}")
 
 
 def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> list[ShareRecord]:
@@ -196,7 +202,7 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     for need in ("account", "user"):
         if need not in index:
             raise ParseError(f"sshare: the format has no {need.title()} field ({fields})")
-    cut = cut_line(text)
+    cut = cut_line(text) or (text.count("\n") + 1 if text and text[-1] != "\n" else None)
     if cut is not None:
         raise ParseError(f"sshare line {cut}: output ends without a newline: cut short")
     get = {name: index.get(name.lower()) for name in _COLUMNS}
@@ -218,6 +224,13 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
         if account is None:
             raise ParseError(f"{where}: no account: {snippet(line)}")
         user = clean(c["User"])
+        for name in (account, user):
+            if name is not None and NAME.fullmatch(name) is None:
+                raise ParseError(f"{where}: {snippet(name)} is not an account or user name")
+        if not c["RawUsage"].strip():  # sshare prints every row's usage, 0 included
+            raise ParseError(f"{where}: RawUsage is empty")
+        if not c["RawShares"].strip() and (user is not None or account != "root"):
+            raise ParseError(f"{where}: RawShares is empty (only the root account has none)")
         first = seen.setdefault((account, user), lineno)
         if first != lineno:
             raise ParseError(

@@ -379,6 +379,7 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
         if is_header:
             lines = lines[1:]
     n = len(cols)
+    sep_set = {s for s in inner if s.strip()} if not spaced else set()
     rows, numbers = table.rows, table.line_numbers
     first_bad: tuple[int, str] | None = None
     for line_no, line in lines:
@@ -418,6 +419,8 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
                 values.append(head)
             if values is not None:
                 values.append(rest)
+                if any(s in v for v in values for s in sep_set):
+                    values = None  # a field holds a separator: more fields than the format
         if values is None:
             table.skip(line_no, f"expected {n} fields", line)
             first_bad = first_bad or (line_no, line)
