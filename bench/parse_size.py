@@ -76,7 +76,7 @@ def _squeue_start(size: int) -> tuple[str, int]:
 SSHARE_ROWS = [
     "oz030||100|0.500000|4242|0.100000|0.100000||1.000000|cpu=6000,billing=9000\n",
     " oz030|ilabbe|1|0.500000|2365981|0.100000|0.100000|0.750000|inf|\n",
-    " oz030|alice|parent|0.500000|0|0.000000|0.000000|0.950000|2.5|\n",
+    " oz030|alice|parent|0.500000|0|0.000000|0.000000|0.950000|2.500000|\n",
 ]
 
 
@@ -111,7 +111,11 @@ def _scontrol_node(size: int) -> tuple[str, int]:
 
 def _scontrol_job(size: int) -> tuple[str, int]:
     recs = _records((RECORDED / "probetest-scontrol-show-job-22.05.8.txt").read_text(), "JobId")
-    return _repeat(recs, size, lambda r, n: re.sub(r"^JobId=\d+", f"JobId={n + 1000}", r))
+
+    def renumber(r: str, n: int) -> str:  # an array's id is its ArrayJobId's: both renumbered
+        return re.sub(r"(^JobId|ArrayJobId)=\d+", rf"\g<1>={n + 1000}", r)
+
+    return _repeat(recs, size, renumber)
 
 
 def _sacct(size: int) -> tuple[str, int]:
@@ -198,6 +202,11 @@ def _sshare_json(size: int) -> tuple[str, int]:
 
 
 def _parse(fmt: str, text: str) -> int:
+    return len(_parser(fmt)(text))
+
+
+def _parser(fmt: str) -> Callable[[str], Any]:
+    """The parser of ``fmt`` (imported here: the timing starts after the import)."""
     from federation.parsing import (
         jobs_from_table,
         parse_format_output,
@@ -230,7 +239,7 @@ def _parse(fmt: str, text: str) -> int:
         "sacct_json": parse_sacct_json,
         "sshare_json": parse_sshare_json,
     }
-    return len(parsers[fmt](text))
+    return parsers[fmt]
 
 
 INPUTS: dict[str, Callable[[int], tuple[str, int]]] = {
@@ -265,9 +274,10 @@ def _peak_mb() -> float:
 
 def _child(fmt: str, path: str, expected: int) -> None:
     text = Path(path).read_text(encoding="utf-8")
+    parse = _parser(fmt)  # the import of the package is not the parse
     before_mb = _peak_mb()
     t0, c0 = time.perf_counter(), time.process_time()
-    count = _parse(fmt, text)
+    count = len(parse(text))
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_mb = _peak_mb()
     if count != expected:

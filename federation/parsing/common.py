@@ -125,49 +125,54 @@ def as_text(source: object, what: str, warnings: RowWarnings | None = None) -> s
     raise ParseError(f"{what}: expected text output, got {type(source).__name__}")
 
 
-def split_records(text: str, nfields: int, what: str) -> list[list[str]]:
+def split_records(text: str, nfields: int, what: str) -> Iterator[list[str]]:
     """Split the probe's own format: 0x1F between fields, 0x1E + newline after each record.
 
-    Fails loudly (naming the line) on a record with the wrong number of fields or on output
-    that stops before the last record's terminator, i.e. truncated output.
+    Lazily, record by record (50 MB of output is not copied into a list of rows first).
+    Fails loudly (naming the line) on a record with the wrong number of fields or a line
+    break inside one (a foreign or repeated line), and on output that stops before the last
+    record's terminator or without the newline after it, i.e. truncated output.
     """
     if not isinstance(text, str):
         raise ParseError(f"{what}: expected text output, got {type(text).__name__}")
     if not text.strip():
-        return []
+        return
     if "\x00" in text:
         raise ParseError(f"{what} line {line_of(text, text.index(chr(0)))}: NUL byte in output")
-    parts = text.split(RECORD_SEP + "\n")
-    tail = parts.pop()
-    if len(parts) > 1 or (parts and "\n" in parts[0]):
-        for k, part in enumerate(parts):
-            if "\n" in part:  # Slurm's fields hold no newline: a line of something else
-                raise ParseError(
-                    f"{what} record {k + 1}: a line break inside a record (a foreign or "
-                    f"repeated line?): {snippet(part)}"
-                )
+    end = RECORD_SEP + "\n"
+    find = text.find
+    pos = 0
+    k = 0
+    while True:
+        stop = find(end, pos)
+        if stop < 0:
+            break
+        k += 1
+        part = text[pos:stop]
+        fields = part.split(UNIT_SEP)
+        if len(fields) != nfields:
+            raise ParseError(
+                f"{what} line {line_of(text, pos)}: expected {nfields} fields separated by "
+                f"0x1F and closed by 0x1E, got {len(fields)}: {snippet(part)}"
+            )
+        if "\n" in part:  # Slurm's fields hold no newline: a line of something else
+            raise ParseError(
+                f"{what} record {k}: a line break inside a record (a foreign or repeated "
+                f"line?): {snippet(part)}"
+            )
+        yield fields
+        pos = stop + 2
+    tail = text[pos:]
     if tail.endswith(RECORD_SEP):  # last record without its newline: cut after it?
         raise ParseError(
             f"{what} line {text.count(chr(10)) + 1}: output ends without a newline after its "
             "last record (cut short?)"
         )
-    rows: list[list[str]] = []
-    offset = 0
-    for part in parts:
-        fields = part.split(UNIT_SEP)
-        if len(fields) != nfields:
-            raise ParseError(
-                f"{what} line {line_of(text, offset)}: expected {nfields} fields separated by "
-                f"0x1F and closed by 0x1E, got {len(fields)}: {snippet(part)}"
-            )
-        rows.append(fields)
-        offset += len(part) + 2
     if tail.strip():
         raise ParseError(
-            f"{what} line {line_of(text, offset)}: record not closed by 0x1E (output truncated "
+            f"{what} line {line_of(text, pos)}: record not closed by 0x1E (output truncated "
             f"or not in the probe's format): {snippet(tail)}"
         )
-    return rows
 
 
 class _DuplicateKey(Exception):
@@ -401,6 +406,8 @@ array's ``[...]`` may lack its ``]``: squeue's default JOBID column cuts it at 1
 STEP_ID = re.compile(rf"(?:{JOB_ID.pattern})(?:\.(?:\d{{1,10}}|[A-Za-z][\w-]{{0,63}}))?")
 """A job or step id as sacct prints it: ``123.batch``, ``123_4.0``, ``123+1.extern``."""
 _DIGITS = re.compile(r"\d+")
+_TEN_DIGITS = re.compile(r"\d{10}")
+"""Only a number of 10 digits can pass 2**32 - 1 (the regex allows at most 10)."""
 
 
 NAME = re.compile(r"[^\s|;,=\\\x1e\x1f]{1,256}")
@@ -416,7 +423,7 @@ def job_id(text: str, what: str = "job id", steps: bool = False) -> str:
         return t
     if (STEP_ID if steps else JOB_ID).fullmatch(t) is None or not t.isascii():
         raise ParseError(f"{what}: {snippet(t)} is not a Slurm job id")
-    if any(int(n) > MAX_COUNT for n in _DIGITS.findall(t)):
+    if _TEN_DIGITS.search(t) and any(int(n) > MAX_COUNT for n in _DIGITS.findall(t)):
         raise ParseError(f"{what}: {snippet(t)} is out of range (ids are 32-bit)")
     return t
 

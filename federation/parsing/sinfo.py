@@ -76,7 +76,7 @@ def _node(data: dict[str, Any], where: str) -> NodeRecord:
         raise ParseError(f"{where}: field {loc}: {first['msg']}") from None
 
 
-_NODE_FIELDS = frozenset(NodeRecord.model_fields)
+_NODE_FIELDS_SET = set(NodeRecord.model_fields)
 
 
 def _trusted_node(data: dict[str, Any]) -> NodeRecord:
@@ -85,7 +85,7 @@ def _trusted_node(data: dict[str, Any]) -> NodeRecord:
     with ``model_validate`` on every fixture."""
     obj = NodeRecord.__new__(NodeRecord)
     object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_NODE_FIELDS))
+    object.__setattr__(obj, "__pydantic_fields_set__", _NODE_FIELDS_SET)  # (frozen: shared)
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj
@@ -124,7 +124,8 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
     i_mem, i_amem, i_gres, i_used = idx["Memory"], idx["AllocMem"], idx["Gres"], idx["GresUsed"]
     i_long, i_comp = idx.get("StateLong"), idx.get("StateComplete")
     i_feat, i_reason = idx.get("Features"), idx.get("Reason")
-    states, gres, feats, texts, parts_ = _Cache(), _Cache(), _Cache(), _Cache(), _Cache()
+    states, gres, used_, feats, texts, parts_ = (_Cache() for _ in range(6))
+    cpu_states, numbers, alloc_mems = _Cache(), _Cache(), _Cache()  # (few values repeat)
 
     def state_of(key: str) -> tuple[str, tuple[str, ...]]:
         comp, _, long = key.partition("\x1f")
@@ -156,10 +157,7 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
                     f"{seen[key]}): duplicated output"
                 )
             seen[key] = n
-            cpus = row[i_cpus].split("/")
-            if len(cpus) != 4:
-                raise ParseError(f"CPUsState {row[i_cpus]!r}: expected A/I/O/T")
-            alloc, _idle, _other, total = (whole(c, "CPUsState", MAX_COUNT) for c in cpus)
+            alloc, total = cpu_states.get_or(row[i_cpus], _cpus_state)
             state_key = (
                 f"{row[i_comp] if i_comp is not None else ''}\x1f"
                 f"{row[i_long] if i_long is not None else ''}"
@@ -179,10 +177,10 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
                         else None,
                         "cpus_total": total,
                         "cpus_alloc": alloc,
-                        "mem_mb_total": whole(mem, "Memory"),
-                        "mem_mb_alloc": whole(amem, "AllocMem"),
+                        "mem_mb_total": numbers.get_or(mem, _memory),
+                        "mem_mb_alloc": alloc_mems.get_or(amem, _alloc_mem),
                         "gpus_total_by_type": gres.get_or(row[i_gres], gpus_by_type),
-                        "gpus_alloc_by_type": gres.get_or(row[i_used], _used_gpus),
+                        "gpus_alloc_by_type": used_.get_or(row[i_used], _used_gpus),
                         "features": feats.get_or(row[i_feat], _features)
                         if i_feat is not None
                         else (),
@@ -195,6 +193,23 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
 
 
 # --- JSON -------------------------------------------------------------------------------
+
+
+def _cpus_state(text: str) -> tuple[int, int]:
+    """``CPUsState`` ``A/I/O/T`` -> (allocated, total), each a whole token."""
+    cpus = text.split("/")
+    if len(cpus) != 4:
+        raise ParseError(f"CPUsState {text!r}: expected A/I/O/T")
+    alloc, _idle, _other, total = (whole(c, "CPUsState", MAX_COUNT) for c in cpus)
+    return alloc, total
+
+
+def _memory(text: str) -> int:
+    return whole(text, "Memory")
+
+
+def _alloc_mem(text: str) -> int:
+    return whole(text, "AllocMem")
 
 
 def _used_gpus(text: str | None) -> dict[str, int]:

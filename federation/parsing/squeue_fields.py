@@ -226,7 +226,7 @@ def gc_paused() -> Iterator[None]:
 _ESTIMATED = frozenset({"pending", "requeued"})
 
 
-_JOB_FIELDS = frozenset(JobRecord.model_fields)
+_JOB_FIELDS_SET = set(JobRecord.model_fields)
 
 
 def _trusted_job(data: dict[str, Any]) -> JobRecord:
@@ -237,7 +237,7 @@ def _trusted_job(data: dict[str, Any]) -> JobRecord:
     """
     obj = JobRecord.__new__(JobRecord)
     object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_JOB_FIELDS))
+    object.__setattr__(obj, "__pydantic_fields_set__", _JOB_FIELDS_SET)  # (frozen: shared)
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj

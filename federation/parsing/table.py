@@ -379,7 +379,7 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
         if is_header:
             lines = lines[1:]
     n = len(cols)
-    sep_set = {s for s in inner if s.strip()} if not spaced else set()
+    sep_count = [] if spaced else [(s, "".join(inner).count(s)) for s in set(inner) if s.strip()]
     rows, numbers = table.rows, table.line_numbers
     first_bad: tuple[int, str] | None = None
     for line_no, line in lines:
@@ -410,6 +410,11 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
                 first_bad = first_bad or (line_no, line)
                 continue
         elif values is None:
+            if any(rest.count(s) != c for s, c in sep_count):
+                # a field holds a separator (more fields than the format: a glued line)
+                table.skip(line_no, f"expected {n} fields", line)
+                first_bad = first_bad or (line_no, line)
+                continue
             values = []
             for sep in inner:
                 head, found, rest = rest.partition(sep)
@@ -419,8 +424,6 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
                 values.append(head)
             if values is not None:
                 values.append(rest)
-                if any(s in v for v in values for s in sep_set):
-                    values = None  # a field holds a separator: more fields than the format
         if values is None:
             table.skip(line_no, f"expected {n} fields", line)
             first_bad = first_bad or (line_no, line)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from functools import cache
 from typing import Literal
 
 from federation.core.errors import ParseError
@@ -26,9 +27,9 @@ _NONE_DURATIONS = frozenset({*NULLISH, "invalid", "partition_limit"})
 MAX_DURATION_S = (2**32 - 1) * 60
 """Slurm keeps time limits as 32-bit minutes: a longer duration is damage."""
 _MAX_DAYS = MAX_DURATION_S // 86400
-_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)?")
-_FRACTION = re.compile(r"\d{1,2}\.\d{1,9}")
+ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)?")
 """Slurm's standard time (``datetime.fromisoformat`` alone reads ``00:-21:42`` as a time)."""
+_FRACTION = re.compile(r"\d{1,2}\.\d{1,9}")
 
 
 def is_unlimited(text: str | None) -> bool:
@@ -89,6 +90,7 @@ def zone(utc_offset_s: float | None) -> timezone:
 _ZERO = timedelta(0)
 
 
+@cache
 def zone_suffix(utc_offset_s: float | None) -> str:
     """``+HH:MM`` for a UTC offset in seconds."""
     off = int(utc_offset_s or 0)
@@ -104,7 +106,7 @@ def parse_timestamp(text: str | None, utc_offset_s: float | None = 0) -> datetim
     t = text.strip()
     if t.lower() in NULLISH or t == "0":
         return None
-    if _ISO.fullmatch(t) is None:
+    if ISO_TIME.fullmatch(t) is None:
         raise ParseError(f"timestamp {snippet(t)}: expected YYYY-MM-DDTHH:MM:SS")
     try:
         # appending the zone is ~5x faster than parsing then .replace(tzinfo=...)
