@@ -423,7 +423,7 @@ def _fast_probe_jobs(
         loc = ".".join(str(x) for x in first["loc"])
         raise ParseError(
             f"squeue record {n}: field {loc}: {first['msg']} "
-            f"(record starts {snippet(rows[n - 1][0])})"
+            f"(record starts {snippet(row[0])})"
         ) from None
     return out
 
