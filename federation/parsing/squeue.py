@@ -422,8 +422,7 @@ def _fast_probe_jobs(
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise ParseError(
-            f"squeue record {n}: field {loc}: {first['msg']} "
-            f"(record starts {snippet(row[0])})"
+            f"squeue record {n}: field {loc}: {first['msg']} (record starts {snippet(row[0])})"
         ) from None
     return out
 
