@@ -106,11 +106,15 @@ def parse_sacct_parsable(
     if "job_id" not in idx or "state" not in idx:
         raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
     out: list[AcctRecord] = []
-    seen: dict[tuple[str, ...], int] = {}
-    lines: dict[str, list[int]] = {}
-    for n, row in enumerate(table.rows):
-        first = seen.setdefault(tuple(row), n)
-        if first != n:  # sacct lists a requeued job again, but never with every field equal
+    rows = table.rows
+    i_id = idx["job_id"]
+    seen: dict[str, int] = {}  # job id -> its first row (the rows are kept by the table)
+    lines: dict[str, list[int]] = {}  # job id -> lines of rows that differ
+    for n, row in enumerate(rows):
+        first = seen.setdefault(row[i_id], n)
+        if first != n and rows[first] != row:
+            lines.setdefault(row[i_id].strip(), [table.line_of(first)]).append(table.line_of(n))
+        elif first != n:  # sacct lists a requeued job again, but never with every field equal
             notes.add(
                 "duplicate",
                 f"sacct line {table.line_of(n)} skipped: the same row as line "
@@ -144,10 +148,9 @@ def parse_sacct_parsable(
                     exit_code=clean(get.get("exit_code")),
                 )
             )
-            lines.setdefault(out[-1].job_id, []).append(table.line_of(n))
         except ParseError as e:
             notes.add("sacct row", f"sacct line {table.line_of(n)} skipped: {e}")
-    twice = {j: at for j, at in lines.items() if len(at) > 1}
+    twice = lines
     if twice:  # two rows of one id that differ: one is damaged, and which is unknowable
         for j, at in twice.items():
             notes.add(

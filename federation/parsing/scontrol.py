@@ -12,6 +12,7 @@ whitespace-only line stays with its node. Lines with no ``Key=`` at all (22.05 p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -34,6 +35,13 @@ from federation.parsing.common import (
 from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts, expand_hostlist
+from federation.parsing.scontrol_keys import (
+    JOB_KEYS,
+    MAY_BE_EMPTY,
+    NODE_KEYS,
+    ONE_WORD,
+    PARTITION_KEYS,
+)
 from federation.parsing.states import parse_job_state, parse_node_state
 from federation.parsing.times import (
     UNLIMITED_WORDS,
@@ -44,34 +52,6 @@ from federation.parsing.times import (
 )
 
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
-
-PARTITION_KEYS = ("PartitionName", "State", "MaxTime", "TotalNodes", "TotalCPUs", "Nodes", "TRES")
-JOB_KEYS = (
-    "JobId",
-    "JobName",
-    "UserId",
-    "Priority",
-    "JobState",
-    "Partition",
-    "NumNodes",
-    "NumCPUs",
-    "TimeLimit",
-    "SubmitTime",
-    "StartTime",
-    "EndTime",
-)
-NODE_KEYS = (
-    "NodeName",
-    "CPUAlloc",
-    "CPUTot",
-    "RealMemory",
-    "AllocMem",
-    "State",
-    "Gres",
-    "AvailableFeatures",
-)
-"""Keys every record of its kind holds (Slurm 17.11 to 25.11): a record without one lost a
-line or a value, and is skipped with a warning, not read with defaults."""
 
 _NODE_STATE = re.compile(r"[A-Za-z_+*~#!%$@^-]{1,200}")
 _NAME = re.compile(r"[\w.+-]{1,256}")
@@ -100,29 +80,43 @@ def parse_scontrol_records(
     ``warnings``. Raises :class:`ParseError` when the output has non-empty lines but no
     ``Key=value``, or is bytes that are not UTF-8 (naming the line).
     """
+    return list(_records(text, warnings, required))
+
+
+def _records(
+    text: str | bytes, warnings: list[str] | None, required: tuple[str, ...]
+) -> Iterator[dict[str, str]]:
+    """:func:`parse_scontrol_records`, lazily (its notes reach ``warnings`` at the end)."""
     notes = RowWarnings()
-    records = [rec for _, rec in _checked_records(as_text(text, "scontrol"), notes, required)]
+    for _, rec in _checked_records(as_text(text, "scontrol"), notes, required):
+        yield rec
     notes.into(warnings)
-    return records
 
 
 def _checked_records(
     raw: str, notes: RowWarnings, required: tuple[str, ...] = ()
-) -> list[tuple[int, dict[str, str]]]:
+) -> Iterator[tuple[int, dict[str, str]]]:
     """:func:`_numbered_records`, without the records that are damaged (a line that is not
     ``Key=value``, a key given twice with two values, a control character, one of
     ``required`` missing) and without the last record when the output was cut: it ends
     without a newline, or (multi-line records, which scontrol closes with a blank line)
     without the blank line after the last record. Such a record may have lost values or
     whole lines, so it is dropped with a note naming it, not read with defaults."""
-    numbered = _numbered_records(raw)
-    if not numbered:
-        return []
     multi_line = any(line[:1] in (" ", "\t") for line in raw.split("\n", 64)[1:])
     end = raw.rstrip(" \t\r")
     cut = cut_line(raw) is not None or (multi_line and not end.endswith("\n\n"))
-    if cut:
-        line, rec, _ = numbered.pop()
+    last: tuple[int, dict[str, str], str | None] | None = None
+    for numbered in _numbered_records(raw):  # lazily, one record behind (the last: cut?)
+        if last is not None and (checked := _checked(last, notes, required)) is not None:
+            yield checked
+        last = numbered
+    if last is None:
+        return
+    if not cut:
+        if (checked := _checked(last, notes, required)) is not None:
+            yield checked
+    else:
+        line, rec, _ = last
         first = next(iter(rec.items()), ("?", "?"))
         notes.add(
             "cut",
@@ -131,57 +125,40 @@ def _checked_records(
             f"short?); the record {first[0]}={snippet(first[1])} there is not trusted and "
             "skipped",
         )
-    out: list[tuple[int, dict[str, str]]] = []
-    for line, rec, damage in numbered:
-        if required and required[0] not in rec:
-            raise ParseError(f"scontrol line {line}: no {required[0]}= key")
-        missing = next((k for k in required if not rec.get(k) and k not in _MAY_BE_EMPTY), None)
-        if damage is None and missing is not None:
-            damage = f"no value for {missing}= (a line or a value lost?)"
-        spaced = next((k for k in _ONE_WORD if " " in rec.get(k, "")), None)
-        if damage is None and spaced is not None:
-            damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
-        if damage is not None:
-            first = next(iter(rec.items()), ("?", "?"))
-            notes.add(
-                "damaged record",
-                f"scontrol line {line}: record {first[0]}={snippet(first[1])} skipped: {damage}",
-            )
-            continue
-        out.append((line, rec))
-    return out
 
 
-_MAY_BE_EMPTY = frozenset({"JobName"})
-_ONE_WORD = (
-    "JobId",
-    "UserId",
-    "Priority",
-    "JobState",
-    "Partition",
-    "NumNodes",
-    "NumCPUs",
-    "TimeLimit",
-    "SubmitTime",
-    "StartTime",
-    "EndTime",
-    "PartitionName",
-    "MaxTime",
-    "TotalNodes",
-    "TotalCPUs",
-    "Nodes",
-    "TRES",
-    "State",
-)
-"""Job and partition fields whose value is one word: more words before the next key are
-damage (a line glued into the value). Nodes warn and keep the first word instead."""
+def _checked(
+    numbered: tuple[int, dict[str, str], str | None],
+    notes: RowWarnings,
+    required: tuple[str, ...],
+) -> tuple[int, dict[str, str]] | None:
+    """The record, or None (with a note) when it is damaged."""
+    line, rec, damage = numbered
+    if required and required[0] not in rec:
+        raise ParseError(f"scontrol line {line}: no {required[0]}= key")
+    missing = next((k for k in required if not rec.get(k) and k not in MAY_BE_EMPTY), None)
+    if damage is None and missing is not None:
+        damage = f"no value for {missing}= (a line or a value lost?)"
+    spaced = next((k for k in ONE_WORD if " " in rec.get(k, "")), None)
+    if damage is None and spaced is not None:
+        damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
+    if damage is not None:
+        first = next(iter(rec.items()), ("?", "?"))
+        notes.add(
+            "damaged record",
+            f"scontrol line {line}: record {first[0]}={snippet(first[1])} skipped: {damage}",
+        )
+        return None
+    return line, rec
+
 
 _KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
 """A line without ``Key=`` that scontrol prints (22.05: ``NtasksPerTRES:0``)."""
 
 
-def _numbered_records(text: str) -> list[tuple[int, dict[str, str], str | None]]:
-    """The records with the line each starts on and the damage found in it, if any."""
+def _numbered_records(text: str) -> Iterator[tuple[int, dict[str, str], str | None]]:
+    """The records with the line each starts on and the damage found in it, if any; each
+    as soon as the next one starts (``records`` holds the current one only)."""
     records: list[tuple[int, dict[str, str], str | None]] = []
     head: str | None = None
     current: dict[str, str] | None = None
@@ -205,6 +182,8 @@ def _numbered_records(text: str) -> list[tuple[int, dict[str, str], str | None]]
             head = first_key
         if starts and first_key == head:
             current = {}
+            if records:
+                yield records.pop()
             records.append((n, current, None))
         elif starts and not line[:1].isspace():
             raise ParseError(
@@ -221,7 +200,7 @@ def _numbered_records(text: str) -> list[tuple[int, dict[str, str], str | None]]
         for k, v in toks:
             if current.setdefault(k, v) != v:
                 _damage(records, f"{k}= twice, as {snippet(current[k], 30)} and {snippet(v, 30)}")
-    return records
+    yield from records
 
 
 def _damage(records: list[tuple[int, dict[str, str], str | None]], what: str) -> None:
@@ -330,7 +309,7 @@ def parse_scontrol_partitions(
 
     A partition listed twice is duplicated output: a :class:`ParseError` naming it.
     """
-    records = parse_scontrol_records(text, warnings, PARTITION_KEYS)
+    records = _records(text, warnings, PARTITION_KEYS)
     out = []
     seen: dict[str, int] = {}
     for n, rec in enumerate(records, start=1):
@@ -454,7 +433,7 @@ def parse_scontrol_jobs(
     """``scontrol show job [-o]`` -> JobRecords; a job listed twice is a ParseError."""
     out = []
     seen: dict[str, int] = {}
-    for n, rec in enumerate(parse_scontrol_records(text, warnings, JOB_KEYS), start=1):
+    for n, rec in enumerate(_records(text, warnings, JOB_KEYS), start=1):
         where = f"scontrol show job record {n}"
         if "JobId" not in rec:
             raise ParseError(f"{where}: no JobId= key")

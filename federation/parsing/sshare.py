@@ -53,7 +53,7 @@ SSHARE_FIELDS: tuple[str, ...] = (
 """The ``--format`` fields the probe asks ``sshare`` for, in order."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShareRecord:
     """One association in the fair-share tree."""
 
@@ -159,6 +159,21 @@ def _level(value: Any, what: str) -> float | None:
     return _fraction(value, what)
 
 
+_MISS = object()
+
+
+def _memo(
+    memo: dict[str, object], value: str, where: str, column: str, infinite: bool = False
+) -> float | None:
+    """:func:`_float`, once per distinct text (fractions repeat across rows)."""
+    hit = memo.get(value, _MISS)
+    if hit is _MISS:
+        hit = _float(value, f"{where} {column}", infinite=infinite)
+        if len(memo) < 100_000:
+            memo[value] = hit
+    return hit  # type: ignore[return-value]
+
+
 _DOUBLE = re.compile(r"\d+\.\d{6}")
 """sshare prints every fraction with ``%f``: six decimals (``0.750000``); fewer is a cut."""
 
@@ -209,6 +224,8 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     nfields = len(fields)
     out: list[ShareRecord] = []
     seen: dict[tuple[str, str | None], int] = {}
+    fractions: dict[str, object] = {}
+    levels: dict[str, object] = {}
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -248,12 +265,12 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
                 shares=None
                 if raw_shares.strip() == "parent"
                 else _count(raw_shares, f"{where} RawShares"),
-                shares_normalized=_float(c["NormShares"], f"{where} NormShares"),
+                shares_normalized=_memo(fractions, c["NormShares"], where, "NormShares"),
                 usage=_count(c["RawUsage"], f"{where} RawUsage"),
-                usage_normalized=_float(c["NormUsage"], f"{where} NormUsage"),
-                effective_usage=_float(c["EffectvUsage"], f"{where} EffectvUsage"),
-                fairshare_factor=_float(c["FairShare"], f"{where} FairShare"),
-                fairshare_level=_float(c["LevelFS"], f"{where} LevelFS", infinite=True),
+                usage_normalized=_memo(fractions, c["NormUsage"], where, "NormUsage"),
+                effective_usage=_memo(fractions, c["EffectvUsage"], where, "EffectvUsage"),
+                fairshare_factor=_memo(fractions, c["FairShare"], where, "FairShare"),
+                fairshare_level=_memo(levels, c["LevelFS"], where, "LevelFS", infinite=True),
                 grp_cpu_minutes=_tres(grp, "cpu", f"{where} GrpTRESMins"),
                 grp_billing_minutes=_tres(grp, "billing", f"{where} GrpTRESMins"),
             )
