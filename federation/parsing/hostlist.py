@@ -65,6 +65,25 @@ def expand_hostlist(text: str | None, limit: int = MAX_HOSTS) -> list[str]:
     value = clean(text)
     if value is None:
         return []
+    plain, items = _items(value, limit)
+    if plain is not None:
+        return plain
+    hosts: list[str] = []
+    for _, parts, suffix in items:
+        names = [""]
+        for prefix, ranges in parts:
+            values = [str(n).zfill(w) for lo, hi, w in ranges for n in range(lo, hi + 1)]
+            names = [n + prefix + v for n in names for v in values]
+        hosts.extend(n + suffix for n in names)
+    return hosts
+
+
+_Items = list[tuple[str, list[tuple[str, list[tuple[int, int, int]]]], str]]
+
+
+def _items(value: str, limit: int) -> tuple[list[str] | None, _Items]:
+    """A host list checked and cut into its items, none expanded yet: (the names, []) when
+    it has no brackets, else (None, items)."""
     if _NOT_HOSTS.search(value) is not None:
         raise ParseError(f"host list {snippet(value)}: not a host list (a space, = or |)")
     if "[" not in value:
@@ -73,8 +92,8 @@ def expand_hostlist(text: str | None, limit: int = MAX_HOSTS) -> list[str]:
         plain = [h.strip() for h in split_top(value) if h.strip()]
         if len(plain) > limit:
             raise ParseError(f"host list {snippet(value)}: more than {limit} hosts")
-        return plain
-    items: list[tuple[str, list[tuple[str, list[tuple[int, int, int]]]], str]] = []
+        return plain, []
+    items: _Items = []
     total = 0
     for item in split_top(value):
         item = item.strip()
@@ -97,15 +116,22 @@ def expand_hostlist(text: str | None, limit: int = MAX_HOSTS) -> list[str]:
         if total > limit:
             raise ParseError(f"host list {snippet(value)}: expands to more than {limit} hosts")
         items.append((item, parts, suffix))
-    hosts: list[str] = []
-    for _, parts, suffix in items:
-        names = [""]
-        for prefix, ranges in parts:
-            values = [str(n).zfill(w) for lo, hi, w in ranges for n in range(lo, hi + 1)]
-            names = [n + prefix + v for n in names for v in values]
-        hosts.extend(n + suffix for n in names)
-    return hosts
+    return None, items
 
 
-def count_hosts(text: str | None) -> int:
-    return len(expand_hostlist(text))
+def count_hosts(text: str | None, limit: int = MAX_HOSTS) -> int:
+    """How many hosts a host list names, checked as :func:`expand_hostlist` checks it,
+    without building their names."""
+    value = clean(text)
+    if value is None:
+        return 0
+    plain, items = _items(value, limit)
+    if plain is not None:
+        return len(plain)
+    total = 0
+    for _, parts, _suffix in items:
+        count = 1
+        for _prefix, ranges in parts:
+            count *= _size(ranges)
+        total += count
+    return total

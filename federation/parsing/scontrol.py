@@ -34,7 +34,7 @@ from federation.parsing.common import (
 )
 from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
-from federation.parsing.hostlist import count_hosts, expand_hostlist
+from federation.parsing.hostlist import count_hosts
 from federation.parsing.scontrol_keys import (
     JOB_KEYS,
     MAY_BE_EMPTY,
@@ -275,7 +275,7 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
     nodes = clean(rec.get("Nodes"))
     if nodes is not None:
         try:
-            expand_hostlist(nodes)  # a damaged host list is not the partition's nodes
+            count_hosts(nodes)  # a damaged host list is not the partition's nodes
         except ParseError as e:
             raise ParseError(f"{where} partition {name} Nodes: {e}") from None
     tres = parse_tres(rec.get("TRES"))
