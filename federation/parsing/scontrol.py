@@ -298,7 +298,7 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
         default_time_s=default_time_s,
         gpus_by_type=gpus,
         tres=tres,
-        raw=dict(rec),
+        raw=rec,  # (the record is its own: not copied)
     )
 
 
