@@ -169,7 +169,7 @@ def request_gpus(text: str | None) -> tuple[int, str | None]:
         if "=" in item:  # tres style gpu=2 / gpu:a100=2
             key, _, val = item.partition("=")
             item = f"{key}:{val}"
-        entries = parse_gres_entries(item)
+        entries = parse_gres_entries(item, counted=True)  # a request states its count
         for name, gtype, count in entries:
             if name in GPU_NAMES:
                 total += count

@@ -53,6 +53,7 @@ from federation.parsing.times import (
 
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
 
+_JOB_STATE = re.compile(r"[A-Za-z_]{1,64}")
 _NODE_STATE = re.compile(r"[A-Za-z_+*~#!%$@^-]{1,200}")
 _NAME = re.compile(r"[\w.+-]{1,256}")
 """A partition or node name: no space, ``=``, ``,`` or ``|``."""
@@ -371,6 +372,8 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
         job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
     job_id = check_job_id(job_id, "JobId")
     reason = clean(rec.get("Reason"))
+    if _JOB_STATE.fullmatch(rec.get("JobState", "")) is None:
+        raise ParseError(f"{where}: JobState={snippet(rec.get('JobState', ''))} is no state")
     state = parse_job_state(clean(rec.get("JobState")), reason)
     nodes = _low_of_range(rec.get("NumNodes"), f"{where} NumNodes", 1)  # "1" or "1-2"
     cpus = _low_of_range(rec.get("NumCPUs"), f"{where} NumCPUs", 1)
