@@ -428,8 +428,9 @@ def damaged(draw: st.DrawFn, case: Case) -> tuple[str, bool, bool]:
     ]
     a, b = draw(st.sampled_from(spans))
     damage = JSON_DAMAGE
-    if text[a] == '"':  # a string made another string or null ("no value" in Slurm's JSON) is
-        damage = [d for d in JSON_DAMAGE if d not in ('"five"', "null")]  # valid: unseeable
+    if text[a] == '"' or text[a:b] == "null":  # a string (or null, "no value" in Slurm's
+        # JSON) made another string or null is valid: unseeable
+        damage = [d for d in JSON_DAMAGE if d not in ('"five"', "null")]
     return text[:a] + draw(st.sampled_from(damage)) + text[b:], False, False
 
 

@@ -34,8 +34,8 @@ def _ranges(spec: str, whole: str) -> list[tuple[int, int, int]]:
     out: list[tuple[int, int, int]] = []
     for part in spec.split(","):
         part = part.strip()
-        if not part:
-            continue
+        if not part:  # n[,2] or n[1,]: an index lost
+            raise ParseError(f"host list {snippet(whole)}: empty index in [{spec}]")
         lo, dash, hi = part.partition("-")
         if not dash:
             hi = lo
