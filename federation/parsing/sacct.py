@@ -18,13 +18,17 @@ from typing import Any
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
+    MAX_COUNT,
     RowWarnings,
     clean,
+    field_errors,
     json_int,
-    json_number,
+    json_name,
     json_objects,
     json_str,
+    whole,
 )
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import parse_tres
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import parse_delimited
@@ -102,20 +106,38 @@ def parse_sacct_parsable(
     if "job_id" not in idx or "state" not in idx:
         raise ParseError(f"sacct: need JobID and State columns, got {table.columns}")
     out: list[AcctRecord] = []
-    for n, row in enumerate(table.rows):
+    rows = table.rows
+    i_id = idx["job_id"]
+    seen: dict[str, int] = {}  # job id -> its first row (the rows are kept by the table)
+    lines: dict[str, list[int]] = {}  # job id -> lines of rows that differ
+    for n, row in enumerate(rows):
+        first = seen.setdefault(row[i_id], n)
+        if first != n and rows[first] != row:
+            lines.setdefault(row[i_id].strip(), [table.line_of(first)]).append(table.line_of(n))
+        elif first != n:  # sacct lists a requeued job again, but never with every field equal
+            notes.add(
+                "duplicate",
+                f"sacct line {table.line_of(n)} skipped: the same row as line "
+                f"{table.line_of(first)}: duplicated output",
+            )
+            continue
         get = {k: row[i] for k, i in idx.items()}
         try:
             raw_state = get["state"].strip()
             uid_text = clean(get.get("uid"))
+            if "uid" in idx and (uid_text is None) != ("." in get["job_id"]):
+                raise ParseError(  # sacct prints a UID for every job and none for a step
+                    f"UID: {'empty for a job' if uid_text is None else 'given for a step'}"
+                )
             out.append(
                 AcctRecord(
-                    job_id=get["job_id"].strip(),
+                    job_id=check_job_id(get["job_id"], "JobID", steps=True),
                     state=parse_job_state(raw_state),
                     state_raw=raw_state,
                     job_name=clean(get.get("job_name")),
                     account=clean(get.get("account")),
                     user=clean(get.get("user")),
-                    uid=int(uid_text) if uid_text and uid_text.isdigit() else None,
+                    uid=None if uid_text is None else whole(uid_text, "UID", MAX_COUNT),
                     partition=clean(get.get("partition")),
                     submit_time=parse_timestamp(get.get("submit"), utc_offset_s),
                     start_time=parse_timestamp(get.get("start"), utc_offset_s),
@@ -128,31 +150,56 @@ def parse_sacct_parsable(
             )
         except ParseError as e:
             notes.add("sacct row", f"sacct line {table.line_of(n)} skipped: {e}")
+    twice = lines
+    if twice:  # two rows of one id that differ: one is damaged, and which is unknowable
+        for j, at in twice.items():
+            notes.add(
+                "id twice",
+                f"sacct lines {', '.join(map(str, at))} skipped: {j} is listed twice with "
+                "different fields (a damaged or spliced line?)",
+            )
+        out = [r for r in out if r.job_id not in twice]
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
     return out
 
 
-def _tres_list(items: Any) -> dict[str, str]:
+NO_VAL64 = -2
+"""Slurm's NO_VAL64 (0xfffffffffffffffe) read as a signed int64: a TRES it did not count."""
+
+
+def _tres_list(items: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    if not isinstance(items, list):
+    if items is None:
         return out
+    if not isinstance(items, list):
+        raise ParseError(f"{where}: expected a TRES list, got {type(items).__name__}")
     for t in items:
         if not isinstance(t, Mapping):
-            continue
-        kind = str(t.get("type") or "")
-        name = t.get("name")
+            raise ParseError(f"{where}: expected TRES objects, got {type(t).__name__}")
+        kind = json_str(t.get("type"), f"{where} type") or ""
+        name = json_str(t.get("name"), f"{where} {kind} name")
         key = f"{kind}/{name}" if name else kind
-        count = json_number(t.get("count"))
+        if t.get("count") == NO_VAL64:  # Slurm's "not counted" (energy without a plugin)
+            continue
+        if t.get("count") is None:  # Slurm writes every TRES with its count
+            raise ParseError(f"{where} {key or '?'}: no count")
+        count = json_int(t.get("count"), f"{where} {key or '?'} count")
         if kind and count is not None:
-            out[key.lower()] = str(int(count))
+            out[key.lower()] = str(count)
     return out
 
 
 def _state(value: Any) -> tuple[JobStateName, str]:
     if isinstance(value, Mapping):
         value = value.get("current")
+    if not (
+        value is None
+        or isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    ):
+        raise ParseError(f"state: expected a name or a list of names, got {value!r}"[:120])
     if isinstance(value, list):
         raw = "+".join(str(v) for v in value)
         return parse_job_state([str(v) for v in value]), raw
@@ -160,79 +207,140 @@ def _state(value: Any) -> tuple[JobStateName, str]:
     return parse_job_state(raw), raw
 
 
-def _json_job_id(j: Mapping[str, Any]) -> str:
-    job_id = json_int(j.get("job_id"))
+def _json_job_id(j: Mapping[str, Any], where: str) -> str:
+    job_id = json_int(j.get("job_id"), f"{where} job_id", MAX_COUNT)
     if job_id is None:
-        raise ParseError("sacct JSON: job without job_id")
+        raise ParseError(f"{where}: job without job_id")
     array = j.get("array")
     if isinstance(array, Mapping):
-        array_job = json_int(array.get("job_id")) or 0
-        task = json_int(array.get("task_id"))
+        array_job = json_int(array.get("job_id"), f"{where} array.job_id", MAX_COUNT) or 0
+        task = json_int(array.get("task_id"), f"{where} array.task_id", MAX_COUNT)
         if array_job and task is not None:
             return f"{array_job}_{task}"
     return str(job_id)
 
 
+def _obj(block: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """A nested object (``{}`` when absent); a present value of another type is damage."""
+    value = block.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{where}: {key} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _time(t: Mapping[str, Any], key: str, where: str) -> datetime | None:
+    what = f"{where} time.{key}"
+    if key in t and t[key] is None:  # Slurm writes 0 for no time, never null
+        raise ParseError(f"{what}: null where a time belongs")
+    return epoch(json_int(t.get(key), what), what)  # Slurm's epoch times are whole
+
+
 def parse_sacct_json(
     source: str | bytes | Mapping[str, Any], *, include_steps: bool = False
 ) -> list[AcctRecord]:
-    """``sacct --json`` -> one record per job (and per step with ``include_steps``)."""
+    """``sacct --json`` -> one record per job (and per step with ``include_steps``).
+
+    A value of the wrong type or out of range is a :class:`ParseError` naming the job and
+    field (``sacct JSON jobs[3] time.start``); a job listed twice (same id and submit
+    time) is duplicated output and refused.
+    """
     jobs = json_objects(source, "sacct JSON")
     out: list[AcctRecord] = []
-    for j in jobs:
-        t = j.get("time") if isinstance(j.get("time"), Mapping) else {}
-        assert isinstance(t, Mapping)
-        state, raw = _state(j.get("state"))
-        limit = json_number(t.get("limit"))
-        tres = j.get("tres") if isinstance(j.get("tres"), Mapping) else {}
-        assert isinstance(tres, Mapping)
-        assoc = j.get("association") if isinstance(j.get("association"), Mapping) else {}
-        assert isinstance(assoc, Mapping)
-        job_id = _json_job_id(j)
+    seen: dict[tuple[str, datetime | None], int] = {}
+    for i, j in enumerate(jobs):
+        where = f"sacct JSON jobs[{i}]"
+        with field_errors(where):
+            records = _json_records(j, where, include_steps)
+        key = (records[0].job_id, records[0].submit_time)
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise ParseError(
+                f"{where}: job {key[0]} is listed twice (first as jobs[{first}]): duplicated output"
+            )
+        out.extend(records)
+    return out
+
+
+_JOB_KEYS = ("job_id", "state", "time")
+_TIME_KEYS = ("elapsed", "start", "end", "submission")
+"""What every sacct ``--json`` job holds since 21.08: one missing is damaged output."""
+
+
+def _need(block: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        if key not in block:
+            raise ParseError(f"{where}: no {key!r}: damaged output")
+
+
+def _json_records(j: Mapping[str, Any], where: str, include_steps: bool) -> list[AcctRecord]:
+    _need(j, _JOB_KEYS, where)
+    t = _obj(j, "time", where)
+    _need(t, _TIME_KEYS, f"{where} time")
+    state, raw = _state(j.get("state"))
+    limit = json_int(t.get("limit"), f"{where} time.limit", MAX_COUNT)
+    tres = _obj(j, "tres", where)
+    assoc = _obj(j, "association", where)
+    job_id = _json_job_id(j, where)
+    out = [
+        AcctRecord(
+            job_id=job_id,
+            state=state,
+            state_raw=raw,
+            job_name=json_str(j.get("name"), f"{where} name"),
+            account=json_name(j.get("account"), f"{where} account"),
+            user=json_name(j.get("user"), f"{where} user")
+            or json_name(assoc.get("user"), f"{where} association.user"),
+            partition=json_name(j.get("partition"), f"{where} partition"),
+            submit_time=_time(t, "submission", where),
+            start_time=_time(t, "start", where),
+            end_time=_time(t, "end", where),
+            elapsed_s=json_int(t.get("elapsed"), f"{where} time.elapsed"),
+            time_limit_s=None if limit is None else limit * 60,
+            alloc_tres=_tres_list(tres.get("allocated"), f"{where} tres.allocated"),
+        )
+    ]
+    if not include_steps:
+        return out
+    steps = j.get("steps")
+    if steps is None:
+        return out
+    if not isinstance(steps, list):
+        raise ParseError(f"{where}: steps is {type(steps).__name__}, expected a list")
+    for k, s in enumerate(steps):
+        swhere = f"{where} steps[{k}]"
+        if not isinstance(s, Mapping):
+            raise ParseError(f"{swhere}: expected an object")
+        step = _obj(s, "step", swhere)
+        st = _obj(s, "time", swhere)
+        _need(st, _TIME_KEYS[:3], f"{swhere} time")
+        sid = step.get("id")
+        if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
+            sjob, sstep = sid.get("job_id"), sid.get("step_id")
+            if sjob is not None:
+                sjob = json_int(sjob, f"{swhere} step.id.job_id", MAX_COUNT)
+            if not isinstance(sstep, str | int) or isinstance(sstep, bool):
+                raise ParseError(f"{swhere}: step.id.step_id is {type(sstep).__name__}")
+            sid = f"{job_id if sjob is None else sjob}.{sstep}"
+        elif sid is not None and not isinstance(sid, str):
+            raise ParseError(f"{swhere}: step.id is {type(sid).__name__}, expected a string")
+        sstate, sraw = _state(s.get("state"))
+        stres = _obj(s, "tres", swhere)
         out.append(
             AcctRecord(
-                job_id=job_id,
-                state=state,
-                state_raw=raw,
-                job_name=json_str(j.get("name")),
-                account=json_str(j.get("account")),
-                user=json_str(j.get("user")) or json_str(assoc.get("user")),
-                partition=json_str(j.get("partition")),
-                submit_time=epoch(json_number(t.get("submission"))),
-                start_time=epoch(json_number(t.get("start"))),
-                end_time=epoch(json_number(t.get("end"))),
-                elapsed_s=json_int(t.get("elapsed")),
-                time_limit_s=None if limit is None else int(limit * 60),
-                alloc_tres=_tres_list(tres.get("allocated")),
+                job_id=check_job_id(str(sid), f"{swhere} step.id", steps=True)
+                if sid
+                else f"{job_id}.?",
+                state=sstate,
+                state_raw=sraw,
+                job_name=json_str(step.get("name"), f"{swhere} step.name"),
+                start_time=_time(st, "start", swhere),
+                end_time=_time(st, "end", swhere),
+                elapsed_s=json_int(st.get("elapsed"), f"{swhere} time.elapsed"),
+                alloc_tres=_tres_list(stres.get("allocated"), f"{swhere} tres.allocated"),
             )
         )
-        if not include_steps:
-            continue
-        for s in j.get("steps") or []:
-            if not isinstance(s, Mapping):
-                continue
-            step = s.get("step") if isinstance(s.get("step"), Mapping) else {}
-            assert isinstance(step, Mapping)
-            st = s.get("time") if isinstance(s.get("time"), Mapping) else {}
-            assert isinstance(st, Mapping)
-            sid = step.get("id")
-            if isinstance(sid, Mapping):  # 21.08: {"job_id": 1, "step_id": "batch"}
-                sid = f"{sid.get('job_id', job_id)}.{sid.get('step_id')}"
-            sstate, sraw = _state(s.get("state"))
-            stres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
-            assert isinstance(stres, Mapping)
-            out.append(
-                AcctRecord(
-                    job_id=str(sid) if sid else f"{job_id}.?",
-                    state=sstate,
-                    state_raw=sraw,
-                    job_name=json_str(step.get("name")),
-                    start_time=epoch(json_number(st.get("start"))),
-                    end_time=epoch(json_number(st.get("end"))),
-                    elapsed_s=json_int(st.get("elapsed")),
-                    alloc_tres=_tres_list(stres.get("allocated")),
-                )
-            )
     return out
 
 

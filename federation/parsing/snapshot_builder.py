@@ -255,7 +255,7 @@ def _build(
             "`sinfo` listed no nodes: check SLURM_CONF on the endpoint, or whether every "
             "partition is hidden from the endpoint's user"
         )
-    partitions = parse_scontrol_partitions(command_output(probe, "scontrol_partition"))
+    partitions = parse_scontrol_partitions(command_output(probe, "scontrol_partition"), warnings)
 
     starts: dict[str, StartEstimate] = {}
     try:

@@ -19,7 +19,7 @@ nodes when known, else ``MinMemory``); ``gpus`` is the job's total GPU count, fr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -28,7 +28,17 @@ from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
+from federation.parsing.common import (
+    NAME,
+    RowWarnings,
+    as_text,
+    clean,
+    cut_line,
+    snippet,
+    split_records,
+    whole,
+)
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
@@ -51,8 +61,9 @@ from federation.parsing.squeue_fields import (
 )
 from federation.parsing.squeue_json import parse_squeue_json
 from federation.parsing.states import parse_job_state
-from federation.parsing.table import Table
+from federation.parsing.table import CUT, Table
 from federation.parsing.times import (
+    ISO_TIME,
     parse_duration,
     parse_memory,
     parse_timestamp,
@@ -114,6 +125,8 @@ class _Builder:
         if reason is None and nodelist_reason is not None and state != "running":
             nr = nodelist_reason.strip()
             if nr.startswith("("):  # %R: "(Reason)" while pending, node names once running
+                if not nr.endswith(")"):
+                    raise ParseError(f"NODELIST(REASON) {snippet(nr)} is cut: no closing ')'")
                 reason = clean(_strip_parens(nr))
                 state = parse_job_state(raw_state or "PENDING", reason)
             elif raw_state is None and clean(nr) is not None:
@@ -157,7 +170,7 @@ class _Builder:
     def _time(self, text: str | None) -> datetime | None:
         if text is None or text in _NO_VALUE:
             return None
-        if len(text) == 19 and text[10] == "T":  # the common case, parsed inline
+        if len(text) == 19 and ISO_TIME.fullmatch(text):  # the common case, parsed inline
             try:
                 dt = datetime.fromisoformat(text + self._suffix)
             except ValueError:
@@ -203,6 +216,7 @@ class _Builder:
         job_id = cell("job_id", "").strip()
         if not job_id:
             raise ParseError("empty job id")
+        job_id = check_job_id(job_id, "JOBID")
         state, reason = self._state_reason(cell("state"), cell("reason"), cell("nodelist_reason"))
         nodes = _int(cell("nodes"), "nodes")
         nodes = 1 if nodes is None else nodes
@@ -225,11 +239,7 @@ class _Builder:
             name = name.strip() or None
         user = cell("user")
         priority_text = cell("priority")
-        priority = None
-        if priority_text is not None:
-            p = priority_text.strip()
-            if p.isdigit():
-                priority = int(p)
+        priority = None if priority_text is None else _priority(priority_text)
         part = cell("partition")
         node_list = cell("node_list")
         if node_list is None and state not in _NO_NODES:  # %R: node names once running
@@ -241,7 +251,7 @@ class _Builder:
             "partition": part.strip() if part is not None else "",
             "state": state,
             "reason": reason,
-            "user": clean(user),
+            "user": _name(user),
             "name": name,
             "nodes": nodes,
             "cpus": 1 if cpus is None else cpus,
@@ -255,12 +265,34 @@ class _Builder:
             "priority": priority,
             "node_names": self._nodes(node_list.strip() if node_list else None, state),
         }
-        try:
-            return JobRecord.model_validate(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ParseError(f"field {loc}: {first['msg']}") from None
+        # every value above is checked (whole numbers in range, states from the table,
+        # aware datetimes, names): no second pass through pydantic (the 50 MB path)
+        return _trusted_job(data)
+
+
+def _name(text: str | None) -> str | None:
+    """A user name: one token (``ywang2rrg|3074329|...`` is a line glued into it)."""
+    v = clean(text)
+    if v is None or NAME.fullmatch(v) is not None:
+        return v
+    raise ParseError(f"user: {snippet(v)} is not a user name")
+
+
+def _priority(text: str) -> int | None:
+    """PriorityLong: a whole number up to 2**63, or None for ``N/A`` and empty."""
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        return int(text)
+    if not text.strip():  # squeue prints a number or N/A: an empty one lost its value
+        raise ParseError("priority: empty")
+    return None if clean(text) is None else whole(text, "priority")
+
+
+def _once(seen: dict[str, int], job_id: str, n: int) -> str | None:
+    """Why record ``n`` repeats an earlier one (duplicated output), or None."""
+    first = seen.setdefault(job_id, n)
+    if first == n:
+        return None
+    return f"job {job_id} is listed twice (first as record {first}): duplicated output"
 
 
 def parse_squeue(
@@ -285,15 +317,18 @@ def parse_squeue(
             raise ParseError(f"squeue: probe field list {list(fields)} has no {need} column")
     out: list[JobRecord] = []
     with gc_paused():
-        rows = split_records(stdout, len(fields), "squeue")
+        rows: Iterable[list[str]] = split_records(stdout, len(fields), "squeue")
         if fields in _PROBE_FIELDS:
             return _fast_probe_jobs(rows, builder, est)
         build = builder.build
+        seen: dict[str, int] = {}
         for n, row in enumerate(rows, start=1):
             try:
                 job = build(row, n)
             except ParseError as e:
                 raise ParseError(f"{e} (record starts {snippet(row[0])})") from None
+            if (dup := _once(seen, job.job_id, n)) is not None:
+                raise ParseError(f"squeue record {n}: {dup}")
             if job.state in _ESTIMATED:
                 start = est.get(job.job_id)
                 if start is not None and start != job.start_time:
@@ -303,7 +338,7 @@ def parse_squeue(
 
 
 def _fast_probe_jobs(
-    rows: list[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
+    rows: Iterable[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
 ) -> list[JobRecord]:
     """Probe rows (:data:`SQUEUE_FIELDS`, optionally with ``NodeList`` last) -> JobRecords by
     tuple unpacking (the 50k-job path).
@@ -317,7 +352,9 @@ def _fast_probe_jobs(
     width = len(SQUEUE_FIELDS)
     out: list[JobRecord] = []
     append = out.append
+    seen: dict[str, int] = {}
     n = 0
+    row: list[str] = [""]
     try:
         for row in rows:
             n += 1
@@ -345,10 +382,15 @@ def _fast_probe_jobs(
             ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
+            if not (job_id.isdigit() and len(job_id) < 10):
+                job_id = check_job_id(job_id, "JobArrayID")
+            if job_id in seen and (dup := _once(seen, job_id, n)):
+                raise ParseError(dup)
+            seen[job_id] = n
             state, reason = state_reason(st, rsn, None)
-            nodes = int(nn) if nn.isdigit() else (_int(nn, "NumNodes") or 1)
-            cpus = int(nc) if nc.isdigit() else (_int(nc, "NumCPUs") or 1)
-            tasks = int(nt) if nt.isdigit() else _int(nt, "NumTasks")
+            nodes = _int(nn, "NumNodes") or 1
+            cpus = _int(nc, "NumCPUs") or 1
+            tasks = _int(nt, "NumTasks")
             gpus, gpu_type, mem_mb = resources((ta, tpj, tpn, tpt, nodes, tasks))
             if mem_mb is None:
                 mem_mb = memory(mm)
@@ -357,7 +399,7 @@ def _fast_probe_jobs(
                 "partition": part,
                 "state": state,
                 "reason": reason,
-                "user": user or None,
+                "user": _name(user) if user else None,
                 "name": name or None,
                 "nodes": nodes,
                 "cpus": cpus,
@@ -370,20 +412,17 @@ def _fast_probe_jobs(
                 if estimates and state in _ESTIMATED
                 else ts(start),
                 "end_time": ts(end),
-                "priority": int(prio) if prio.isdigit() else None,
+                "priority": _priority(prio),
                 "node_names": hosts(node_list, state) if node_list else (),
             }
             append(validate(data))
     except ParseError as e:
-        raise ParseError(
-            f"squeue record {n}: {e} (record starts {snippet(rows[n - 1][0])})"
-        ) from None
+        raise ParseError(f"squeue record {n}: {e} (record starts {snippet(row[0])})") from None
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise ParseError(
-            f"squeue record {n}: field {loc}: {first['msg']} "
-            f"(record starts {snippet(rows[n - 1][0])})"
+            f"squeue record {n}: field {loc}: {first['msg']} (record starts {snippet(row[0])})"
         ) from None
     return out
 
@@ -400,11 +439,22 @@ def jobs_from_table(
     notes = RowWarnings()
     out: list[JobRecord] = []
     build, line_of = builder._build, table.line_of
+    seen: dict[str, int] = {}
     for n, row in enumerate(table.rows):
         try:
-            out.append(build(row))
+            job = build(row)
         except ParseError as e:
             notes.add("squeue row", f"squeue line {line_of(n)} skipped: {e}")
+            continue
+        first = seen.setdefault(job.job_id, line_of(n))
+        if first != line_of(n):
+            notes.add(
+                "duplicate",
+                f"squeue line {line_of(n)} skipped: job {job.job_id} is listed twice "
+                f"(first on line {first}): duplicated output",
+            )
+            continue
+        out.append(job)
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
@@ -425,18 +475,29 @@ def parse_squeue_jsonlike(
     """
     columns = list(keys.values())
     table = Table(columns=columns)
-    lines = as_text(text, "squeue JSON-like lines", table.notes).split("\n")
-    for n, line in enumerate(lines, start=1):
+    raw = as_text(text, "squeue JSON-like lines", table.notes)
+    cut = cut_line(raw)
+    for n, line in enumerate(raw.split("\n"), start=1):
         s = line.strip()
         if not s or s.startswith("#"):
+            continue
+        if n == cut:
+            table.skip(n, CUT, s)
             continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
             table.skip(n, f"not JSON ({e.msg})", s)
             continue
+        except RecursionError:
+            table.skip(n, "JSON nested too deep", s)
+            continue
         if not isinstance(obj, dict):
             table.skip(n, "not a JSON object", s)
+            continue
+        odd = next((k for k in keys if not isinstance(obj.get(k), str | int | None)), None)
+        if odd is not None or any(isinstance(obj.get(k), bool) for k in keys):
+            table.skip(n, f"field {odd} is not a string or a whole number", s)
             continue
         table.rows.append(["" if obj.get(k) is None else str(obj.get(k)) for k in keys])
         table.line_numbers.append(n)

@@ -16,7 +16,7 @@ from typing import Any
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import snippet
+from federation.parsing.common import MAX_COUNT, snippet
 from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
 
 SQUEUE_FIELDS: tuple[str, ...] = (
@@ -110,7 +110,8 @@ _KEYS = (
     "priority",
     "node_list",
 )
-_LEADING_INT = re.compile(r"\s*(\d+)")
+_COUNT = re.compile(r"(\d+)(?:-\d+|\+)?")
+"""A count as squeue prints it: ``8``, a range ``1-2`` (its low end), ``4+``."""
 
 
 def squash(name: str) -> str:
@@ -160,22 +161,25 @@ def _strip_parens(text: str) -> str:
 
 
 def _int(text: str | None, what: str) -> int | None:
+    """A count column: the whole token (``8``, ``1-2``, ``4+``) up to :data:`MAX_COUNT`;
+    empty and ``N/A`` are None; ``12x``, ``-192`` or ``1e9`` are a :class:`ParseError`,
+    never their leading digits."""
     if text is None:
         return None
-    if text.isdigit():
+    if text.isdigit() and text.isascii() and len(text) < 10:
         return int(text)
     t = text.strip()
-    if not t or t.lower() in ("n/a", "(null)", "none"):
+    if t.lower() in ("n/a", "(null)", "none"):
         return None
-    if t.isdigit():
-        return int(t)
-    m = _LEADING_INT.match(t)  # "1-2" (node range), "4+"
-    if m:
-        return int(m.group(1))
-    try:
-        return int(float(t))
-    except ValueError:
-        raise ParseError(f"{what}: expected a number, got {snippet(t)}") from None
+    if not t:  # squeue prints a count or N/A: an empty one lost its value
+        raise ParseError(f"{what}: empty")
+    m = _COUNT.fullmatch(t)
+    if m is None or not t.isascii():
+        raise ParseError(f"{what}: expected a number, got {snippet(t)}")
+    n = int(m.group(1))
+    if n > MAX_COUNT:
+        raise ParseError(f"{what}: {n} is out of range (at most {MAX_COUNT})")
+    return n
 
 
 def _gpus(
@@ -222,7 +226,7 @@ def gc_paused() -> Iterator[None]:
 _ESTIMATED = frozenset({"pending", "requeued"})
 
 
-_JOB_FIELDS = frozenset(JobRecord.model_fields)
+_JOB_FIELDS_SET = set(JobRecord.model_fields)
 
 
 def _trusted_job(data: dict[str, Any]) -> JobRecord:
@@ -233,7 +237,7 @@ def _trusted_job(data: dict[str, Any]) -> JobRecord:
     """
     obj = JobRecord.__new__(JobRecord)
     object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_JOB_FIELDS))
+    object.__setattr__(obj, "__pydantic_fields_set__", _JOB_FIELDS_SET)  # (frozen: shared)
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj

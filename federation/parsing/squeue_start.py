@@ -13,7 +13,15 @@ from datetime import datetime
 from typing import NamedTuple
 
 from federation.core.errors import ParseError
-from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
+from federation.parsing.common import (
+    RowWarnings,
+    as_text,
+    clean,
+    cut_line,
+    snippet,
+    split_records,
+)
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.states import JOB_STATE_TABLE
 from federation.parsing.times import parse_timestamp, zone_suffix
 
@@ -59,6 +67,11 @@ def parse_squeue_start(
         job_id = row[i_id].strip()
         if not job_id:
             raise ParseError(f"squeue --start record {n}: empty job id")
+        job_id = check_job_id(job_id, f"squeue --start record {n} JOBID")
+        if job_id in out:
+            raise ParseError(
+                f"squeue --start record {n}: job {job_id} is listed twice: duplicated output"
+            )
         text = row[i_start]
         try:
             if text == "N/A":
@@ -67,7 +80,7 @@ def parse_squeue_start(
                 start = datetime.fromisoformat(text + suffix)
             else:
                 start = parse_timestamp(text, utc_offset_s)
-        except (ParseError, ValueError) as e:
+        except (ParseError, ValueError, OverflowError) as e:
             raise ParseError(f"squeue --start record {n} (job {job_id}): {e}") from None
         out[job_id] = StartEstimate(
             job_id,
@@ -94,6 +107,14 @@ def parse_squeue_start_default(
         for n, ln in enumerate(as_text(text, "squeue --start", notes).split("\n"), start=1)
         if ln.strip()
     ]
+    cut = cut_line(text) if isinstance(text, str) else None
+    if cut is not None and numbered and numbered[-1][0] == cut:
+        notes.add(
+            "cut",
+            f"squeue --start line {cut}: output ends without a newline: last line cut "
+            f"short; skipped: {snippet(numbered[-1][1])}",
+        )
+        numbered = numbered[:-1]
     if numbered and numbered[0][1].split()[:1] == ["JOBID"]:
         numbered = numbered[1:]
     for n, line in numbered:
@@ -120,6 +141,13 @@ def parse_squeue_start_default(
             notes.add("bad start time", f"squeue --start line {n}: {e}")
             continue
         tail = line.split(None, st_at + 4)
+        if parts[0] in out:
+            notes.add(
+                "duplicate",
+                f"squeue --start line {n}: job {parts[0]} is listed twice: duplicated "
+                "output; skipped",
+            )
+            continue
         out[parts[0]] = StartEstimate(
             job_id=parts[0],
             partition=parts[1],

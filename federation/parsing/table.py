@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from federation.core.errors import ParseError
-from federation.parsing.common import RowWarnings, as_text, snippet
+from federation.parsing.common import RowWarnings, as_text, cut_line, snippet
 
 SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 """What ``squeue`` prints without ``-o``/``-O`` (header ``JOBID PARTITION NAME USER ST TIME
@@ -135,12 +135,22 @@ class Table:
         return out
 
 
-def _lines(text: str) -> list[tuple[int, str]]:
-    return [
+CUT = "output ends without a newline: last line cut short"
+"""Why the last line of an output without its final newline is skipped."""
+
+
+def _lines(text: str) -> tuple[list[tuple[int, str]], tuple[int, str] | None]:
+    """The non-blank, non-comment lines, numbered; and the last line when the output ends
+    without a newline (cut short: it is left out, for the caller to skip and name)."""
+    lines = [
         (n, line.rstrip("\r"))
         for n, line in enumerate(text.split("\n"), start=1)
         if line.strip() and not line.lstrip().startswith("#")
     ]
+    cut = cut_line(text)
+    if cut is not None and lines and lines[-1][0] == cut:
+        return lines[:-1], lines[-1]
+    return lines, None
 
 
 def _trailing_by_majority(body: list[tuple[int, str]], delimiter: str, n: int) -> bool:
@@ -179,10 +189,12 @@ def parse_delimited(
     if not delimiter:
         raise ValueError("delimiter must not be empty")
     notes = RowWarnings()
-    lines = _lines(as_text(text, "delimited table", notes))
+    lines, cut_last = _lines(as_text(text, "delimited table", notes))
     head: str | None = None
     if columns is None:
         if not lines:
+            if cut_last is not None:
+                raise ParseError(f"delimited table line {cut_last[0]}: {CUT} (the header)")
             raise ParseError("delimited table: no header line")
         head, body = lines[0][1], lines[1:]
     elif header and lines:
@@ -207,6 +219,8 @@ def parse_delimited(
     n = len(cols)
     rows, numbers = table.rows, table.line_numbers
     first_bad: tuple[int, str] | None = None
+    if cut_last is not None:
+        table.skip(cut_last[0], CUT, cut_last[1])
     for line_no, line in body:
         if trailing_delimiter:
             if not line.endswith(delimiter):
@@ -353,7 +367,9 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
     )
     words = spaced and any(w is not None for w in widths)  # padding: split at whitespace
     table = Table(columns=cols)
-    lines = _lines(as_text(text, "squeue -o table", table.notes))
+    lines, cut = _lines(as_text(text, "squeue -o table", table.notes))
+    if cut is not None:
+        table.skip(cut[0], CUT, cut[1])
     if lines:
         first = lines[0][1]
         is_header = header
@@ -363,6 +379,7 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
         if is_header:
             lines = lines[1:]
     n = len(cols)
+    sep_count = [] if spaced else [(s, "".join(inner).count(s)) for s in set(inner) if s.strip()]
     rows, numbers = table.rows, table.line_numbers
     first_bad: tuple[int, str] | None = None
     for line_no, line in lines:
@@ -393,6 +410,11 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
                 first_bad = first_bad or (line_no, line)
                 continue
         elif values is None:
+            if any(rest.count(s) != c for s, c in sep_count):
+                # a field holds a separator (more fields than the format: a glued line)
+                table.skip(line_no, f"expected {n} fields", line)
+                first_bad = first_bad or (line_no, line)
+                continue
             values = []
             for sep in inner:
                 head, found, rest = rest.partition(sep)
