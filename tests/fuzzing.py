@@ -147,6 +147,13 @@ def draft_fields() -> dict[str, Field]:
     return {
         "description": Field(described, any_bad | omit),
         "hints": Field(omit | st.just({"gpus": 1}), hints | json_values),
+    }
+
+
+def draft_request_fields() -> dict[str, Field]:
+    """DraftRequest (the service's body): the MCP tool's fields and a proposed envelope."""
+    return {
+        **draft_fields(),
         "proposal": Field(
             omit | st.just({"envelope": {"cpus_min": 2, "walltime_s": 600}}),
             json_values | st.just({"envelope": {"cpus_min": -1}}) | st.just({"source": ""}),

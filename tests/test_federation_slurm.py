@@ -142,9 +142,10 @@ def test_shell_task(coord: Coordinator) -> None:
 
 @pytest.mark.paths("embedded")
 def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: LocalSites) -> None:
-    """Placement reads Delta's full A100 partition from the snapshot and goes to Anvil,
-    saying why. On one path: the path only carries the probe there, and the snapshot it
-    brings is checked on both (``test_snapshot_covers_every_site_and_partition``)."""
+    """Placement reads Delta's full A100 partition from the snapshot and goes to an idle
+    A100 node elsewhere (Anvil or Perlmutter), saying why. On one path: the path only
+    carries the probe there, and the snapshot it brings is checked on both
+    (``test_snapshot_covers_every_site_and_partition``)."""
     tag = "fed-test-fill"
     try:
         for _ in range(4):  # 2 nodes x 4 A100: two running, two pending
@@ -179,7 +180,8 @@ def test_full_queue_is_avoided_and_trace_says_why(coord: Coordinator, local: Loc
         from federation.placement.decide import place
 
         d = place(env, [b.spec for b in coord.backends.values()], snap)
-        assert (d.chosen.site, d.chosen.partition) == ("anvil", "gpu")
+        # an idle 4-A100 node elsewhere: Anvil's gpu partition or Perlmutter's gpu classes
+        assert d.chosen.site in ("anvil", "perlmutter") and d.chosen.predicted_wait_s < 60
         delta_c = next(c for c in d.candidates if c.site == "delta")
         assert delta_c.predicted_wait_s > 60
         assert "pending" in delta_c.why  # the twin (auto) or the snapshot estimate says why

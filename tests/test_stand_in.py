@@ -263,11 +263,11 @@ def test_results_over_the_limit_fail_as_the_real_system_fails_them(
         worker_refused = ex.submit(big_result, 11_000_000)
         service_refused = ex.submit(big_result, 7_550_000)
         fine = ex.submit(big_result, 1000)
-        assert fine.result(timeout=60) == "x" * 1000
+        assert fine.result(timeout=180) == "x" * 1000
         with pytest.raises(TaskExecutionFailed, match=r"MaxResultSizeExceeded\(\d+, 10485760"):
-            worker_refused.result(timeout=60)
+            worker_refused.result(timeout=180)
         with pytest.raises(TaskExecutionFailed, match=f"limit of {PAYLOAD_LIMIT_BYTES}B"):
-            service_refused.result(timeout=60)
+            service_refused.result(timeout=180)
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
         svc.close()

@@ -108,10 +108,14 @@ def parse_sacct_parsable(
     out: list[AcctRecord] = []
     rows = table.rows
     i_id = idx["job_id"]
-    seen: dict[str, int] = {}  # job id -> its first row (the rows are kept by the table)
+    i_submit = idx.get("submit")
+    # (job id, submit) -> its first row (the rows are kept by the table): one id submitted at
+    # two times is two jobs (a controller that lost its state hands ids out again)
+    seen: dict[tuple[str, str], int] = {}
     lines: dict[str, list[int]] = {}  # job id -> lines of rows that differ
     for n, row in enumerate(rows):
-        first = seen.setdefault(row[i_id], n)
+        id_at = (row[i_id], row[i_submit] if i_submit is not None else "")
+        first = seen.setdefault(id_at, n)
         if first != n and rows[first] != row:
             lines.setdefault(row[i_id].strip(), [table.line_of(first)]).append(table.line_of(n))
         elif first != n:  # sacct lists a requeued job again, but never with every field equal
