@@ -25,12 +25,14 @@ SITE = "perlmutter"
 
 
 def _sacct(local: LocalSites, job_id: str, fields: str) -> list[str]:
-    """The job's sacct row (allocation only), once slurmdbd has it."""
+    """The job's sacct row (allocation only), once slurmdbd has all of it (the controller
+    sends a job's record in parts: a first row may lack its partition and QOS)."""
     deadline = time.monotonic() + 60
     while True:
         out = local.slurm.run(SITE, ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields])
         row = out.stdout.strip().split("|")
-        if row[0] == job_id or time.monotonic() > deadline:
+        whole = row[0] == job_id and all(row) and "Unknown" not in row
+        if whole or time.monotonic() > deadline:
             return row
         time.sleep(0.5)
 

@@ -7,6 +7,7 @@ six running sites keep theirs; it is taken down afterwards, the others left runn
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,15 @@ def test_a_seventh_site_from_its_folder_runs_a_task(local_federation: Any, tmp_p
             assert r.status == "completed", (r.error, h.notes)
             assert h.manifest().stdout.strip() == NAME  # ran in the seventh cluster's job
             job = h.slurm_job_ids[-1]
-            out = local.slurm.run(NAME, ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Account,QOS"])
-            account, qos = out.stdout.split()[0].split("|")  # its class's account and QOS
+            argv = ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Account,QOS"]
+            deadline = time.monotonic() + 60  # slurmdbd gets a job's record in parts
+            while True:
+                out = local.slurm.run(NAME, argv)
+                row = (out.stdout.split() or ["|"])[0].split("|")
+                if (all(row) and "Unknown" not in row) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            account, qos = row  # its class's account and QOS
             klass = spec.partition(h.decision.chosen.partition)
             assert (account, qos) == (spec.account_for(klass.name), klass.qos), out.stdout
         finally:
