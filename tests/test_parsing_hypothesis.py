@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_parsing_samples import JSONLIKE_KEYS  # the rivosinc sample's key map
 
 from federation.core.errors import ParseError
 from federation.parsing import (
@@ -62,18 +63,6 @@ SHARED = Path(
 )
 EXAMPLES = int(os.environ.get("FEDERATION_HYPOTHESIS_EXAMPLES", "40"))
 PROBE = json.loads((RECORDED / "probetest-22.05.8.json").read_text())
-JSONLIKE_KEYS = {
-    "a": "ACCOUNT",
-    "id": "JOBID",
-    "end_time": "END_TIME",
-    "u": "USER",
-    "state": "STATE",
-    "p": "PARTITION",
-    "cpu": "CPUS",
-    "mem": "MIN_MEMORY",
-    "array_id": "ARRAY_TASK_ID",
-    "r": "NODELIST(REASON)",
-}
 SSHARE_TEXT = (  # sshare --noheader --parsable2, as Slurm 22.05 prints it (test_credit.py)
     "root||||7200000||1.000000||0.000000|\n"
     " root|root|1||0||0.000000|0.000000|0.000000|\n"

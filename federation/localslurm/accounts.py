@@ -166,6 +166,11 @@ def _each(commands: list[list[str]], env: Mapping[str, str]) -> None:
         raise SlurmCommandError("could not register with slurmdbd: " + "; ".join(errors))
 
 
+def _modify_user(user: str, cluster: str, setting: str) -> list[str]:
+    """``sacctmgr modify user`` of ``user``'s associations on ``cluster``: ``setting``."""
+    return ["modify", "user", "where", f"name={user}", f"cluster={cluster}", "set", setting]
+
+
 def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> list[str]:
     """Make sure every site's cluster, account, user association and partition QOS exist.
 
@@ -223,34 +228,14 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
             )
         current = {d for (cluster, _), (d, _q) in assocs.items() if cluster == s.name}
         if current - {default}:  # e.g. an account the site no longer charges
-            set_defaults.append(
-                [
-                    "modify",
-                    "user",
-                    "where",
-                    f"name={user}",
-                    f"cluster={s.name}",
-                    "set",
-                    f"defaultaccount={default}",
-                ]
-            )
+            set_defaults.append(_modify_user(user, s.name, f"defaultaccount={default}"))
         lacking = [
             q.name
             for q in site_class_qos(s)
             if any(q.name not in assocs.get((s.name, a), ("", set()))[1] for a in wanted)
         ]
         if lacking:  # after the associations exist (they start with the default QOS only)
-            add_qos.append(
-                [
-                    "modify",
-                    "user",
-                    "where",
-                    f"name={user}",
-                    f"cluster={s.name}",
-                    "set",
-                    f"qos+={','.join(lacking)}",
-                ]
-            )
+            add_qos.append(_modify_user(user, s.name, f"qos+={','.join(lacking)}"))
     # the default's association must exist before it is made the default
     steps += [cmds for cmds in (add_accounts, add_users, set_defaults, add_qos) if cmds]
     for cmds in steps:

@@ -220,7 +220,7 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     cut = cut_line(text) or (text.count("\n") + 1 if text and text[-1] != "\n" else None)
     if cut is not None:
         raise ParseError(f"sshare line {cut}: output ends without a newline: cut short")
-    get = {name: index.get(name.lower()) for name in _COLUMNS}
+    get = {name: index.get(name.lower()) for name in SSHARE_FIELDS}
     nfields = len(fields)
     out: list[ShareRecord] = []
     seen: dict[tuple[str, str | None], int] = {}
@@ -276,20 +276,6 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
             )
         )
     return out
-
-
-_COLUMNS = (
-    "Account",
-    "User",
-    "RawShares",
-    "NormShares",
-    "RawUsage",
-    "NormUsage",
-    "EffectvUsage",
-    "FairShare",
-    "LevelFS",
-    "GrpTRESMins",
-)
 
 
 def allocation_from_shares(
