@@ -104,7 +104,7 @@ def test_offline_endpoint_queues_then_delivers_in_order(daemons: EndpointDaemons
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         daemons.start(SITE, BEAT)  # the endpoint comes back: the queue is delivered
-        assert [f.result(timeout=60) for f in futs] == [9, 16, 25]
+        assert [f.result(timeout=180) for f in futs] == [9, 16, 25]  # cold engine
         stop.set()
         watcher.join(5)
         assert client.get_endpoint_status(EID)["status"] == "online"
@@ -288,7 +288,7 @@ def test_strict_service_has_no_cancel_no_start_news_no_adoption(
     _e_client, e_ex = make_executor(embedded)
     try:
         s_fut, e_fut = s_ex.submit(square, 6), e_ex.submit(square, 7)
-        assert (s_fut.result(timeout=60), e_fut.result(timeout=60)) == (36, 49)
+        assert (s_fut.result(timeout=180), e_fut.result(timeout=180)) == (36, 49)  # cold engines
         tid = str(s_fut.task_id)
         wait_for(lambda: heard["embedded"] == [e_fut.task_id], 10, "the embedded start news")
         assert heard["strict"] == []  # the daemon announced both starts; strict kept quiet
@@ -373,7 +373,7 @@ def test_a_restarted_service_still_delivers_what_it_accepted(
     ex2 = second.executor(EID, client2, user_endpoint_config=PROBE, task_group_id=tg)
     try:
         (fut,) = [f for f in ex2.reload_tasks() if str(f.task_id) == tid]
-        assert fut.result(timeout=60) == 49
+        assert fut.result(timeout=180) == 49  # a first result: a cold engine on a loaded machine
         with sqlite3.connect(daemons.run_dir(SITE) / "tasks.db") as db:
             assert [r[0] for r in db.execute("SELECT task_id FROM tasks")] == [tid]  # once
     finally:

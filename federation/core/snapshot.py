@@ -76,9 +76,10 @@ def derived(obj: Frozen) -> dict[Hashable, Any]:
         return hit[1]
     cache: dict[Hashable, Any] = {}
 
-    def forget(ref: weakref.ref[Any]) -> None:  # the object is gone: drop its entry
-        if (cur := _DERIVED.get(key)) is not None and cur[0] is ref:
-            _DERIVED.pop(key, None)
+    # the table is bound now: at interpreter exit the module's globals may already be None
+    def forget(ref: weakref.ref[Any], table: dict[int, Any] = _DERIVED) -> None:
+        if (cur := table.get(key)) is not None and cur[0] is ref:  # the object is gone
+            table.pop(key, None)
 
     _DERIVED[key] = (weakref.ref(obj, forget), cache)
     return cache
