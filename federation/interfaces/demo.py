@@ -300,7 +300,8 @@ def _report(
             # request, so the local job shows what Slurm defaults to there
             how = coord.backends[r.site].spec.submit_options(r.partition)
             match = (
-                v["partition"] == r.partition
+                # a class with no partition runs in the site's default one (Perlmutter)
+                (how.partition is None or v["partition"] == how.partition)
                 and v["cpus"] == r.shape.cpus
                 and (how.gpu_request != "gpus-per-node" or v["gpus"] == r.shape.gpus)
                 and (how.mem_request != "allowed" or v["mem_gb"] == float(r.shape.mem_gb))
@@ -317,7 +318,7 @@ def _report(
         if (
             expected_fail
             and r.status == "failed"
-            and "input file has 0 rows" not in (r.remote_traceback)
+            and "input file has 0 rows" not in r.remote_traceback
         ):
             problems.append(f"{label}: the remote traceback lacks the raised message")
         wait = f"{r.queue_wait_s:.1f} s" if r.queue_wait_s is not None else "-"
