@@ -256,6 +256,17 @@ def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) 
         assert "--gres" not in prov.scheduler_options
 
 
+@pytest.mark.parametrize(("cap", "expected"), [("4", 4), ("100", 20), ("0", 20), ("many", 20)])
+def test_the_site_may_cap_a_shapes_blocks(
+    monkeypatch: pytest.MonkeyPatch, cap: str, expected: int
+) -> None:
+    """FEDERATION_MAX_BLOCKS lowers a shape's block bound (Vista gh: its per-user limit
+    of 20), never raises it; 0 or a non-number leaves the class's own bound."""
+    monkeypatch.setenv("FEDERATION_MAX_BLOCKS", cap)
+    rendered = yaml.safe_load(render_user_config(load_site("vista"), {"partition": "gh"}))
+    assert rendered["engine"]["provider"]["max_blocks"] == expected
+
+
 def test_bad_environment_values_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDERATION_STRATEGY_PERIOD_S", "soon")
     monkeypatch.setenv("FEDERATION_MAX_IDLETIME_S", "-4")
