@@ -558,9 +558,13 @@ class Coordinator:
     # --- callbacks from the sites (:mod:`federation.runtime.reports`) -----------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
         """A site reports a task running (its batch job started and picked it up)."""
-        self._reports.notify_started(compute_task_id, slurm_job_id)
+        if not self.closed:
+            self._reports.notify_started(compute_task_id, slurm_job_id)
 
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
+        if self.closed:  # the store is shut: the next coordinator on it re-attaches the task
+            logger.debug("closed: the end of task %s is left to the next coordinator", handle.id)
+            return
         self._reports.on_done(handle, fut)
 
     # --- lifetime ----------------------------------------------------------------------------
