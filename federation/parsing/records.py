@@ -16,6 +16,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from federation.core.snapshot import JobRecord, NodeRecord
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -64,3 +66,9 @@ class Trusted(Generic[M]):
     def mapping(self, data: Mapping[str, Any]) -> M:
         """A record from ``{field: value}`` holding every field."""
         return self.values([data[name] for name in self.names])
+
+
+JOBS = Trusted(JobRecord)
+"""Unvalidated JobRecord constructors, for values the squeue and scontrol parsers check."""
+NODES = Trusted(NodeRecord)
+"""Unvalidated NodeRecord constructors, for values the sinfo and scontrol parsers check."""

@@ -222,12 +222,12 @@ class _Builder:
     def _user(self, text: str | None) -> str | None:
         if text is None:
             return None
-        hit = self._users.get(text, _MISS)
-        if hit is _MISS:
-            hit = _name(text)
-            if len(self._users) < 100_000:
-                self._users[text] = hit
-        return hit
+        if text in self._users:
+            return self._users[text]
+        name = _name(text)
+        if len(self._users) < 100_000:
+            self._users[text] = name
+        return name
 
     def _text(self, text: str) -> str:
         """``text`` stripped, one string object per distinct value (partitions, names)."""

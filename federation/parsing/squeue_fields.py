@@ -16,7 +16,7 @@ from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
 from federation.parsing.common import MAX_COUNT, snippet
 from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
-from federation.parsing.records import Trusted
+from federation.parsing.records import JOBS
 
 SQUEUE_FIELDS: tuple[str, ...] = (
     "JobArrayID",
@@ -212,8 +212,7 @@ _NO_VALUE = ("", "N/A", "(null)", "None")
 _ESTIMATED = frozenset({"pending", "requeued"})
 
 
-TRUSTED_JOB = Trusted(JobRecord)
-"""Unvalidated JobRecord constructors, for values the squeue parsers have checked."""
+TRUSTED_JOB = JOBS
 
 
 def _trusted_job(data: dict[str, Any]) -> JobRecord:

@@ -486,8 +486,8 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
             return None if line.count(sep, lo, len(line) - hi) == n - 1 else f"expected {n} fields"
 
         kept = LineRows(raw, sep, lo, hi)
-        seps = 0 if prefix or suffix else n - 1
-        first_bad = _scan(table, kept, raw, after, cut, why, seps, False)
+        count = 0 if prefix or suffix else n - 1
+        first_bad = _scan(table, kept, raw, after, cut, why, count, False)
         table.fail_if_nothing_fit("squeue -o table", first_bad)
         return table
     sep_count = [] if spaced else [(s, "".join(inner).count(s)) for s in set(inner) if s.strip()]
