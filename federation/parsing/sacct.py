@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from operator import itemgetter
 from typing import Any
@@ -66,6 +66,8 @@ class AcctRecord:
     def parent_job_id(self) -> str:
         return self.job_id.split(".", 1)[0]
 
+
+_ACCT_FIELDS = tuple(f.name for f in fields(AcctRecord))
 
 _COLS = {
     "JOBID": "job_id",
@@ -199,7 +201,7 @@ def _sacct_rows(
                     f"UID: {'empty for a job' if uid_text is None else 'given for a step'}"
                 )
             append(
-                AcctRecord(
+                _acct(
                     check_job_id(job_id, "JobID", steps=True),
                     state,
                     raw_state,
@@ -220,6 +222,15 @@ def _sacct_rows(
         except ParseError as e:
             notes.add("sacct row", f"sacct line {line_no} skipped: {e}")
     return lines
+
+
+def _acct(*values: Any) -> AcctRecord:
+    """An AcctRecord from the value of every field, in order, without the frozen
+    dataclass's ``__init__`` (an ``object.__setattr__`` per field: a third of the time
+    of 50 MB of rows); equal to one made by it."""
+    record = object.__new__(AcctRecord)
+    record.__dict__.update(zip(_ACCT_FIELDS, values, strict=True))
+    return record
 
 
 def _first_rows(table: Table, n: int, i_id: int, i_submit: int | None) -> dict[object, int]:

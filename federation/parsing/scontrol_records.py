@@ -1,6 +1,6 @@
 """Splitting ``scontrol show partition|job|node`` output into checked ``{key: value}``
-records, lazily: the text is read line by line and each record handed on as soon as the
-next one starts (for :mod:`.scontrol`; the format is described there)."""
+records, lazily: the text is read record by record, each handed on as soon as it is
+complete (for :mod:`.scontrol`; the format is described there)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from operator import methodcaller
 from sys import intern
 
 from federation.core.errors import ParseError
-from federation.parsing.common import RowWarnings, as_text, cut_line, iter_lines, snippet
+from federation.parsing.common import RowWarnings, as_text, cut_line, snippet
 from federation.parsing.scontrol_keys import MAY_BE_EMPTY, ONE_WORD
 
 _KEY = re.compile(r"(?<!\S)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
@@ -46,7 +46,7 @@ def checked_records(
     whole lines, so it is dropped with a note naming it, not read with defaults."""
     multi_line = any(line[:1] in (" ", "\t") for line in raw.split("\n", 64)[1:])
     cut = cut_line(raw) is not None or (multi_line and not _blank_line_last(raw))
-    last: tuple[int, dict[str, str], str | None] | None = None
+    last: Numbered | None = None
     for numbered in _numbered_records(raw, share):  # lazily, one record behind (the last: cut?)
         if last is not None and (checked := _checked(last, notes, required)) is not None:
             yield checked
@@ -69,7 +69,7 @@ def checked_records(
 
 
 def _checked(
-    numbered: tuple[int, dict[str, str], str | None],
+    numbered: Numbered,
     notes: RowWarnings,
     required: tuple[str, ...],
 ) -> tuple[int, dict[str, str]] | None:
@@ -97,42 +97,129 @@ _KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
 """A line without ``Key=`` that scontrol prints (22.05: ``NtasksPerTRES:0``)."""
 
 
-def _numbered_records(
-    text: str, share: dict[str, str] | None = None
-) -> Iterator[tuple[int, dict[str, str], str | None]]:
+Numbered = tuple[int, dict[str, str], str | None]
+"""A record with the line it starts on and the damage found in it (None: none)."""
+
+_UNINDENTED = re.compile(r"\n\S")
+_NOT_A_KEY_FIRST = re.compile(r"^[^\S\n]*(?![A-Za-z][A-Za-z0-9_/:.()\[\]-]*=)\S", re.MULTILINE)
+"""A line whose first word does not start with ``Key=``."""
+
+
+def _numbered_records(text: str, share: dict[str, str] | None = None) -> Iterator[Numbered]:
     """The records with the line each starts on and the damage found in it, if any; each
-    as soon as the next one starts (``records`` holds the current one only). With
-    ``share`` (records that are kept), keys are interned and equal values one string."""
-    records: list[tuple[int, dict[str, str], str | None]] = []
-    head: str | None = None
-    glued = "\0"  # " Head=" once the first record names the head key
-    current: dict[str, str] | None = None
-    split, strip, pair = _KEY.split, str.strip, _PAIR.match
-    at_eq = methodcaller("split", "=", 1)
-    for n, line in enumerate(iter_lines(text), start=1):
+    as soon as it is complete. With ``share`` (records that are kept), keys are interned
+    and equal values one string.
+
+    Once the first record names the head key (``NodeName``), the text is cut at the lines
+    that start with it: a record whose lines all begin with ``Key=``, are indented but its
+    first, and hold no control character, quote, repeated key or second ``Head=`` is read
+    whole (in C); any other record line by line (:class:`_LineReader`), which finds and
+    names what is wrong with it.
+    """
+    reader = _LineReader(share)
+    end = len(text)
+    pos, n = 0, 1  # where the next line starts, and its number
+    while pos <= end and reader.head is None:  # line by line until the first record
+        stop = text.find("\n", pos)
+        stop = end if stop < 0 else stop
+        yield from reader.line(n, text[pos:stop])
+        pos, n = stop + 1, n + 1
+    if reader.head is None:
+        yield from reader.flush()
+        return
+    mark, glued = f"\n{reader.head}=", reader.glued
+    first = True  # (the first record's own lines after its first: line by line)
+    while pos <= end:
+        stop = text.find(mark, pos)
+        stop = end if stop < 0 else stop
+        block = text[pos:stop]
+        record = None
+        if not first and (
+            "\x1f" not in block
+            and "\x1e" not in block
+            and "\t" not in block
+            and '"' not in block
+            and glued not in block
+            and _UNINDENTED.search(block) is None
+            and _NOT_A_KEY_FIRST.search(block) is None
+        ):
+            record = _whole(block, share)
+        if record is not None:
+            yield from reader.flush()
+            yield n, record, None
+        else:
+            for k, line in enumerate(block.split("\n")):
+                yield from reader.line(n + k, line)
+        first = False
+        n += block.count("\n") + 1
+        pos = stop + 1
+    yield from reader.flush()
+
+
+_PAIRS = methodcaller("split", "=", 1)
+
+
+def _whole(block: str, share: dict[str, str] | None) -> dict[str, str] | None:
+    """The record in ``block`` read at once, or None when a key repeats in it."""
+    words = block.split()
+    if all(map(_PAIR.match, words)):  # every word Key=value: each value a word
+        record = dict(map(_PAIRS, words))
+        if len(record) != len(words):
+            return None
+        if share is not None:
+            record = {intern(k): share.setdefault(v, v) for k, v in record.items()}
+        return record
+    parts = _KEY.split(block)  # ["", key, value, key, value, ...]: values run to the next key
+    keys = parts[1::2]
+    if len(set(keys)) != len(keys):
+        return None
+    values = map(str.strip, parts[2::2])
+    if share is not None:
+        return {intern(k): share.setdefault(v, v) for k, v in zip(keys, values, strict=True)}
+    return dict(zip(keys, values, strict=True))
+
+
+class _LineReader:
+    """:func:`_numbered_records` line by line: each line checked, the damage it shows
+    named on its record; a record is handed on when the next one starts (a later line
+    may show it damaged), the last by :meth:`flush`."""
+
+    def __init__(self, share: dict[str, str] | None) -> None:
+        self.share = share
+        self.records: list[Numbered] = []  # the current record, until the next starts
+        self.head: str | None = None
+        self.glued = "\0"  # " Head=" once the first record names the head key
+        self.current: dict[str, str] | None = None
+
+    def flush(self) -> Iterator[Numbered]:
+        if self.records:
+            yield self.records.pop()
+
+    def line(self, n: int, line: str) -> Iterator[Numbered]:
         words = line.split()
         if not words:
-            continue
+            return
+        records, share = self.records, self.share
         pairs: dict[str, str] | None = None
-        if all(map(pair, words)):  # every word Key=value: the value a word (most lines)
-            pairs = dict(map(at_eq, words))  # (keys from the words: not interned)
+        if all(map(_PAIR.match, words)):  # every word Key=value: the value a word
+            pairs = dict(map(_PAIRS, words))  # (keys from the words: not interned)
             keyed = True
             if len(pairs) != len(words) or share is not None or '"' in line:
                 keys = [w.partition("=")[0] for w in words]
                 values = [w.partition("=")[2] for w in words]
                 pairs = None
         else:  # a value of several words runs to the next Key= after whitespace
-            parts = split(line)  # [before, key, value, key, value, ...]: one pass in C
+            parts = _KEY.split(line)  # [before, key, value, key, value, ...]: one pass in C
             if len(parts) == 1:  # no Key= at all
-                if current is None:
+                if self.current is None:
                     raise ParseError(
                         f"scontrol line {n}: expected Key=value records, got {snippet(line)}"
                     )
                 if _KEYLESS.fullmatch(line) is None:
                     _damage(records, f"line {n} is not Key=value: {snippet(line)}")
-                continue
+                return
             keys = parts[1::2]
-            values = list(map(strip, parts[2::2]))
+            values = list(map(str.strip, parts[2::2]))
             keyed = not parts[0] or parts[0].isspace()  # the line starts with Key=
         if pairs is None:
             keys = list(map(intern, keys))
@@ -144,15 +231,16 @@ def _numbered_records(
         else:
             first_key = next(iter(pairs))
         starts = keyed and not line[0].isspace()
-        if head is None:
+        if self.head is None:
             if not starts:
                 raise ParseError(f"scontrol line {n}: record does not start with Key=: {line!r}")
-            head, glued = first_key, f" {first_key}="
+            self.head, self.glued = first_key, f" {first_key}="
+        head = self.head
         if starts and first_key == head:
-            current = {}
+            self.current = {}
             if records:
                 yield records.pop()
-            records.append((n, current, None))
+            records.append((n, self.current, None))
         elif starts:
             raise ParseError(
                 f"scontrol line {n}: a {first_key}= line among {head}= records (spliced "
@@ -160,23 +248,23 @@ def _numbered_records(
             )
         elif not keyed:
             _damage(records, f"line {n} starts with words that are not Key=value")
-        if glued in line:  # a line glued to the start of another record
+        if self.glued in line:  # a line glued to the start of another record
             _damage(records, f"line {n} holds a second {head}=")
         if "\x1f" in line or "\x1e" in line or "\t" in line:
             _damage(records, f"line {n} holds a control character")
+        current = self.current
         assert current is not None
         if pairs is not None:  # keys all distinct: merged at once unless one came before
             if current.keys().isdisjoint(pairs):
                 current.update(pairs)
-                continue
+                return
             keys, values = list(pairs), list(pairs.values())
         for k, v in zip(keys, values, strict=True):
             if current.setdefault(k, v) != v:
                 _damage(records, f"{k}= twice, as {snippet(current[k], 30)} and {snippet(v, 30)}")
-    yield from records
 
 
-def _damage(records: list[tuple[int, dict[str, str], str | None]], what: str) -> None:
+def _damage(records: list[Numbered], what: str) -> None:
     """Mark the current (last) record damaged, keeping the first damage found."""
     n, rec, damage = records[-1]
     if damage is None:
