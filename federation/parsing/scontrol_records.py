@@ -77,12 +77,14 @@ def _checked(
     line, rec, damage = numbered
     if required and required[0] not in rec:
         raise ParseError(f"scontrol line {line}: no {required[0]}= key")
-    missing = next((k for k in required if not rec.get(k) and k not in MAY_BE_EMPTY), None)
-    if damage is None and missing is not None:
-        damage = f"no value for {missing}= (a line or a value lost?)"
-    spaced = next((k for k in ONE_WORD if " " in rec.get(k, "")), None)
-    if damage is None and spaced is not None:
-        damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
+    if damage is None and not all(map(rec.get, required)):  # (the common case: all there)
+        missing = next((k for k in required if not rec.get(k) and k not in MAY_BE_EMPTY), None)
+        if missing is not None:
+            damage = f"no value for {missing}= (a line or a value lost?)"
+    if damage is None and " " in "".join(map(rec.get, ONE_WORD, _NONE)):
+        spaced = next((k for k in ONE_WORD if " " in rec.get(k, "")), None)
+        if spaced is not None:
+            damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
     if damage is not None:
         first = next(iter(rec.items()), ("?", "?"))
         notes.add(
@@ -93,6 +95,8 @@ def _checked(
     return line, rec
 
 
+_NONE = ("",) * len(ONE_WORD)
+
 _KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
 """A line without ``Key=`` that scontrol prints (22.05: ``NtasksPerTRES:0``)."""
 
@@ -100,9 +104,8 @@ _KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
 Numbered = tuple[int, dict[str, str], str | None]
 """A record with the line it starts on and the damage found in it (None: none)."""
 
-_UNINDENTED = re.compile(r"\n\S")
-_NOT_A_KEY_FIRST = re.compile(r"^[^\S\n]*(?![A-Za-z][A-Za-z0-9_/:.()\[\]-]*=)\S", re.MULTILINE)
-"""A line whose first word does not start with ``Key=``."""
+_ODD_LINE = re.compile(r"\n(?![^\S\n]+[A-Za-z][A-Za-z0-9_/:.()\[\]-]*=|[^\S\n]*(?:\n|\Z))")
+"""A line (after a record's first) that is neither indented ``Key=...`` nor blank."""
 
 
 def _numbered_records(text: str, share: dict[str, str] | None = None) -> Iterator[Numbered]:
@@ -140,8 +143,7 @@ def _numbered_records(text: str, share: dict[str, str] | None = None) -> Iterato
             and "\t" not in block
             and '"' not in block
             and glued not in block
-            and _UNINDENTED.search(block) is None
-            and _NOT_A_KEY_FIRST.search(block) is None
+            and _ODD_LINE.search(block) is None
         ):
             record = _whole(block, share)
         if record is not None:
@@ -157,12 +159,13 @@ def _numbered_records(text: str, share: dict[str, str] | None = None) -> Iterato
 
 
 _PAIRS = methodcaller("split", "=", 1)
+_HAS_EQ = methodcaller("__contains__", "=")
 
 
 def _whole(block: str, share: dict[str, str] | None) -> dict[str, str] | None:
     """The record in ``block`` read at once, or None when a key repeats in it."""
     words = block.split()
-    if all(map(_PAIR.match, words)):  # every word Key=value: each value a word
+    if all(map(_HAS_EQ, words)) and all(map(_PAIR.match, words)):  # each value a word
         record = dict(map(_PAIRS, words))
         if len(record) != len(words):
             return None
