@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -38,6 +39,27 @@ def snippet(text: str, limit: int = 80) -> str:
 def line_of(text: str, offset: int) -> int:
     """1-based line number of character ``offset`` in ``text``."""
     return text.count("\n", 0, offset) + 1
+
+
+LINE_CHUNK = 1 << 20
+"""Characters :func:`iter_lines` splits at a time."""
+
+
+def iter_lines(text: str, chunk: int = LINE_CHUNK) -> Iterator[str]:
+    """``text.split("\\n")``, lazily: a chunk of about ``chunk`` characters is split at a
+    time, so 50 MB of output is never held a second time as a list of lines."""
+    if len(text) <= chunk:
+        yield from text.split("\n")
+        return
+    find = text.find
+    pos = 0
+    while True:
+        end = find("\n", pos + chunk)
+        if end < 0:
+            yield from text[pos:].split("\n")
+            return
+        yield from text[pos:end].split("\n")
+        pos = end + 1
 
 
 ROW_WARNING_CAP = 50
@@ -173,6 +195,19 @@ def split_records(text: str, nfields: int, what: str) -> Iterator[list[str]]:
             f"{what} line {line_of(text, pos)}: record not closed by 0x1E (output truncated "
             f"or not in the probe's format): {snippet(tail)}"
         )
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building many acyclic records (it would rescan them all
+    several times over; reference counting frees them as usual)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _DuplicateKey(Exception):
@@ -414,6 +449,9 @@ NAME = re.compile(r"[^\s|;,=\\\x1e\x1f]{1,256}")
 """A user, account or partition name: one token, none of the separators Slurm's tables use."""
 
 
+_COMMON_STEPS = frozenset({"batch", "extern", "interactive"})
+
+
 def job_id(text: str, what: str = "job id", steps: bool = False) -> str:
     """A job id (with ``steps``, a step id too), checked against :data:`JOB_ID` (or
     :data:`STEP_ID`) and each of its numbers below 2**32: ``5376666x``, ``4.5`` in squeue,
@@ -421,6 +459,15 @@ def job_id(text: str, what: str = "job id", steps: bool = False) -> str:
     t = text.strip()
     if t.isdigit() and len(t) < 10 and t.isascii():  # the common case, fast
         return t
+    if steps and "." in t:  # 123.batch, 123.0: the common steps, fast
+        head, _, step = t.partition(".")
+        if (
+            head.isdigit()
+            and len(head) < 10
+            and head.isascii()
+            and (step in _COMMON_STEPS or (step.isdigit() and len(step) < 10 and step.isascii()))
+        ):
+            return t
     if (STEP_ID if steps else JOB_ID).fullmatch(t) is None or not t.isascii():
         raise ParseError(f"{what}: {snippet(t)} is not a Slurm job id")
     if _TEN_DIGITS.search(t) and any(int(n) > MAX_COUNT for n in _DIGITS.findall(t)):

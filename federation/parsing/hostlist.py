@@ -14,6 +14,8 @@ MAX_HOSTS = 1_000_000
 
 def split_top(text: str, sep: str = ",") -> list[str]:
     """Split on ``sep`` outside brackets and parentheses (``a[1,2],b`` -> ``a[1,2]``, ``b``)."""
+    if "[" not in text and "(" not in text:  # nothing nested: a plain split
+        return text.split(sep)
     out: list[str] = []
     depth = 0
     start = 0

@@ -12,36 +12,35 @@ whitespace-only line stays with its node. Lines with no ``Key=`` at all (22.05 p
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from federation.core.errors import ParseError
-from federation.core.snapshot import JobRecord, NodeRecord
+from federation.core.snapshot import JobRecord, NodeRecord, NodeStateName
 from federation.parsing.common import (
     MAX_COUNT,
     NAME,
     RowWarnings,
     as_text,
     clean,
-    cut_line,
     field_errors,
+    gc_paused,
     snippet,
     whole,
 )
 from federation.parsing.common import job_id as check_job_id
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_tres, request_gpus, tres_gpus
 from federation.parsing.hostlist import count_hosts
+from federation.parsing.records import JOBS, NODES
 from federation.parsing.scontrol_keys import (
     JOB_KEYS,
-    MAY_BE_EMPTY,
     NODE_KEYS,
-    ONE_WORD,
     PARTITION_KEYS,
 )
+from federation.parsing.scontrol_records import checked_records, read_records
 from federation.parsing.states import parse_job_state, parse_node_state
 from federation.parsing.times import (
     UNLIMITED_WORDS,
@@ -51,25 +50,12 @@ from federation.parsing.times import (
     parse_timestamp,
 )
 
-_KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:.()\[\]-]*)=")
-
 _JOB_STATE = re.compile(r"[A-Za-z_]{1,64}")
 _NODE_STATE = re.compile(r"[A-Za-z_+*~#!%$@^-]{1,200}")
 _NAME = re.compile(r"[\w.+-]{1,256}")
 """A partition or node name: no space, ``=``, ``,`` or ``|``."""
 
 PartitionStateName = Literal["up", "down", "drain", "inactive", "unknown"]
-
-
-def _tokens(line: str) -> list[tuple[str, str]]:
-    parts = _KEY.split(line)  # [before, key, value, key, value, ...]: one pass in C
-    out = []
-    for key, raw in zip(parts[1::2], parts[2::2], strict=True):
-        value = raw.strip()
-        if len(value) >= 2 and value[0] == value[-1] == '"':
-            value = value[1:-1]
-        out.append((key, value))
-    return out
 
 
 def parse_scontrol_records(
@@ -81,134 +67,7 @@ def parse_scontrol_records(
     ``warnings``. Raises :class:`ParseError` when the output has non-empty lines but no
     ``Key=value``, or is bytes that are not UTF-8 (naming the line).
     """
-    return list(_records(text, warnings, required))
-
-
-def _records(
-    text: str | bytes, warnings: list[str] | None, required: tuple[str, ...]
-) -> Iterator[dict[str, str]]:
-    """:func:`parse_scontrol_records`, lazily (its notes reach ``warnings`` at the end)."""
-    notes = RowWarnings()
-    for _, rec in _checked_records(as_text(text, "scontrol"), notes, required):
-        yield rec
-    notes.into(warnings)
-
-
-def _checked_records(
-    raw: str, notes: RowWarnings, required: tuple[str, ...] = ()
-) -> Iterator[tuple[int, dict[str, str]]]:
-    """:func:`_numbered_records`, without the records that are damaged (a line that is not
-    ``Key=value``, a key given twice with two values, a control character, one of
-    ``required`` missing) and without the last record when the output was cut: it ends
-    without a newline, or (multi-line records, which scontrol closes with a blank line)
-    without the blank line after the last record. Such a record may have lost values or
-    whole lines, so it is dropped with a note naming it, not read with defaults."""
-    multi_line = any(line[:1] in (" ", "\t") for line in raw.split("\n", 64)[1:])
-    end = raw.rstrip(" \t\r")
-    cut = cut_line(raw) is not None or (multi_line and not end.endswith("\n\n"))
-    last: tuple[int, dict[str, str], str | None] | None = None
-    for numbered in _numbered_records(raw):  # lazily, one record behind (the last: cut?)
-        if last is not None and (checked := _checked(last, notes, required)) is not None:
-            yield checked
-        last = numbered
-    if last is None:
-        return
-    if not cut:
-        if (checked := _checked(last, notes, required)) is not None:
-            yield checked
-    else:
-        line, rec, _ = last
-        first = next(iter(rec.items()), ("?", "?"))
-        notes.add(
-            "cut",
-            f"scontrol line {line}: output ends without "
-            f"{'a blank line after its last record' if multi_line else 'a newline'} (cut "
-            f"short?); the record {first[0]}={snippet(first[1])} there is not trusted and "
-            "skipped",
-        )
-
-
-def _checked(
-    numbered: tuple[int, dict[str, str], str | None],
-    notes: RowWarnings,
-    required: tuple[str, ...],
-) -> tuple[int, dict[str, str]] | None:
-    """The record, or None (with a note) when it is damaged."""
-    line, rec, damage = numbered
-    if required and required[0] not in rec:
-        raise ParseError(f"scontrol line {line}: no {required[0]}= key")
-    missing = next((k for k in required if not rec.get(k) and k not in MAY_BE_EMPTY), None)
-    if damage is None and missing is not None:
-        damage = f"no value for {missing}= (a line or a value lost?)"
-    spaced = next((k for k in ONE_WORD if " " in rec.get(k, "")), None)
-    if damage is None and spaced is not None:
-        damage = f"{spaced}={snippet(rec[spaced])} is more than one word"
-    if damage is not None:
-        first = next(iter(rec.items()), ("?", "?"))
-        notes.add(
-            "damaged record",
-            f"scontrol line {line}: record {first[0]}={snippet(first[1])} skipped: {damage}",
-        )
-        return None
-    return line, rec
-
-
-_KEYLESS = re.compile(r"\s*[A-Za-z]\w*:\S*\s*")
-"""A line without ``Key=`` that scontrol prints (22.05: ``NtasksPerTRES:0``)."""
-
-
-def _numbered_records(text: str) -> Iterator[tuple[int, dict[str, str], str | None]]:
-    """The records with the line each starts on and the damage found in it, if any; each
-    as soon as the next one starts (``records`` holds the current one only)."""
-    records: list[tuple[int, dict[str, str], str | None]] = []
-    head: str | None = None
-    current: dict[str, str] | None = None
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        toks = _tokens(line)
-        if not toks:
-            if current is None:
-                raise ParseError(
-                    f"scontrol line {n}: expected Key=value records, got {snippet(line)}"
-                )
-            if _KEYLESS.fullmatch(line) is None:
-                _damage(records, f"line {n} is not Key=value: {snippet(line)}")
-            continue
-        first_key = toks[0][0]
-        starts = not line[:1].isspace() and line.lstrip().startswith(first_key + "=")
-        if head is None:
-            if not starts:
-                raise ParseError(f"scontrol line {n}: record does not start with Key=: {line!r}")
-            head = first_key
-        if starts and first_key == head:
-            current = {}
-            if records:
-                yield records.pop()
-            records.append((n, current, None))
-        elif starts and not line[:1].isspace():
-            raise ParseError(
-                f"scontrol line {n}: a {first_key}= line among {head}= records (spliced "
-                f"output?): {snippet(line)}"
-            )
-        elif not line.lstrip().startswith(first_key + "="):
-            _damage(records, f"line {n} starts with words that are not Key=value")
-        if f" {head}=" in line:  # a line glued to the start of another record
-            _damage(records, f"line {n} holds a second {head}=")
-        if "\x1f" in line or "\x1e" in line or "\t" in line:
-            _damage(records, f"line {n} holds a control character")
-        assert current is not None
-        for k, v in toks:
-            if current.setdefault(k, v) != v:
-                _damage(records, f"{k}= twice, as {snippet(current[k], 30)} and {snippet(v, 30)}")
-    yield from records
-
-
-def _damage(records: list[tuple[int, dict[str, str], str | None]], what: str) -> None:
-    """Mark the current (last) record damaged, keeping the first damage found."""
-    n, rec, damage = records[-1]
-    if damage is None:
-        records[-1] = (n, rec, what)
+    return list(read_records(text, warnings, required, {}))
 
 
 # --- partitions --------------------------------------------------------------------------
@@ -258,36 +117,42 @@ def _count(value: str | None, what: str, default: int) -> int:
     return whole(v, what)
 
 
-def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> PartitionInfo:
+def partition_from_record(
+    rec: dict[str, str], where: str = "scontrol", memo: dict[Any, Any] | None = None
+) -> PartitionInfo:
+    """One ``scontrol show partition`` record -> :class:`PartitionInfo`. ``memo`` (a dict
+    kept across records) reads each distinct time, host list and TRES once."""
     name = clean(rec.get("PartitionName"))
     if name is None:
         raise ParseError(f"{where}: record without PartitionName: {snippet(str(rec))}")
     if _NAME.fullmatch(name) is None:
         raise ParseError(f"{where}: {snippet(name)} is not a partition name")
+    memo = {} if memo is None else memo
     state = _PART_STATES.get((rec.get("State") or "").strip().lower(), "unknown")
-    max_time = rec.get("MaxTime")
-    try:
-        max_time_s = (
-            None if max_time is None or is_unlimited(max_time) else parse_duration(max_time)
-        )
-        default_time_s = parse_duration(rec.get("DefaultTime"))
-    except ParseError as e:
-        raise ParseError(f"{where} partition {name}: {e}") from None
+    max_time, default_time = rec.get("MaxTime"), rec.get("DefaultTime")
+    times = memo.get(("times", max_time, default_time))
+    if times is None:
+        try:
+            times = (
+                None if max_time is None or is_unlimited(max_time) else parse_duration(max_time),
+                parse_duration(default_time),
+            )
+        except ParseError as e:
+            raise ParseError(f"{where} partition {name}: {e}") from None
+        memo[("times", max_time, default_time)] = times
+    max_time_s, default_time_s = times
     nodes = clean(rec.get("Nodes"))
-    if nodes is not None:
+    if nodes is not None and ("nodes", nodes) not in memo:
         try:
             count_hosts(nodes)  # a damaged host list is not the partition's nodes
         except ParseError as e:
             raise ParseError(f"{where} partition {name} Nodes: {e}") from None
-    tres = parse_tres(rec.get("TRES"))
-    gpus: dict[str, int] = {}
-    for key, val in tres.items():
-        if key.startswith("gres/gpu:") and val.isdigit():
-            gpus[key.split(":", 1)[1]] = int(val)
-    if not gpus:
-        total, _ = tres_gpus(tres)
-        if total:
-            gpus[UNTYPED] = total
+        memo[("nodes", nodes)] = True
+    raw_tres = rec.get("TRES")
+    hit = memo.get(("tres", raw_tres))
+    if hit is None:
+        hit = memo[("tres", raw_tres)] = _partition_tres(raw_tres)
+    tres, gpus = dict(hit[0]), dict(hit[1])  # (dicts of its own, their strings shared)
     return PartitionInfo(
         name=name,
         state=state,
@@ -303,6 +168,20 @@ def partition_from_record(rec: dict[str, str], where: str = "scontrol") -> Parti
     )
 
 
+def _partition_tres(text: str | None) -> tuple[dict[str, str], dict[str, int]]:
+    """A partition's TRES and its GPUs by type."""
+    tres = parse_tres(text)
+    gpus: dict[str, int] = {}
+    for key, val in tres.items():
+        if key.startswith("gres/gpu:") and val.isdigit():
+            gpus[key.split(":", 1)[1]] = int(val)
+    if not gpus:
+        total, _ = tres_gpus(tres)
+        if total:
+            gpus[UNTYPED] = total
+    return tres, gpus
+
+
 def parse_scontrol_partitions(
     text: str | bytes, warnings: list[str] | None = None
 ) -> list[PartitionInfo]:
@@ -310,17 +189,21 @@ def parse_scontrol_partitions(
 
     A partition listed twice is duplicated output: a :class:`ParseError` naming it.
     """
-    records = _records(text, warnings, PARTITION_KEYS)
+    records = read_records(text, warnings, PARTITION_KEYS, {})
     out = []
     seen: dict[str, int] = {}
-    for n, rec in enumerate(records, start=1):
-        where = f"scontrol show partition record {n}"
-        if "PartitionName" not in rec:
-            raise ParseError(f"{where}: no PartitionName= key")
-        with field_errors(where):
-            info = partition_from_record(rec, where)
-        _once(seen, info.name, n, f"{where}: partition")
-        out.append(info)
+    memo: dict[Any, Any] = {}
+    with gc_paused():
+        for n, rec in enumerate(records, start=1):
+            where = f"scontrol show partition record {n}"
+            if "PartitionName" not in rec:
+                raise ParseError(f"{where}: no PartitionName= key")
+            if len(memo) > 100_000:
+                memo.clear()
+            with field_errors(where):
+                info = partition_from_record(rec, where, memo)
+            _once(seen, info.name, n, f"{where}: partition")
+            out.append(info)
     return out
 
 
@@ -342,6 +225,7 @@ def partition_node_count(info: PartitionInfo) -> int:
 
 
 _RANGE = re.compile(r"(\d+)(?:-\d+)?")
+_MISS: Any = object()
 
 
 def _low_of_range(value: str | None, what: str, default: int) -> int:
@@ -364,70 +248,113 @@ def _user(value: str | None) -> str | None:
 
 def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "") -> JobRecord:
     """One ``scontrol show job`` record -> :class:`JobRecord` (same conventions as squeue)."""
-    job_id = clean(rec.get("JobId"))
-    if job_id is None:
-        raise ParseError(f"{where}: record without JobId")
-    array_job, array_task = clean(rec.get("ArrayJobId")), clean(rec.get("ArrayTaskId"))
-    if array_job and array_task:
-        job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
-    job_id = check_job_id(job_id, "JobId")
-    reason = clean(rec.get("Reason"))
-    if _JOB_STATE.fullmatch(rec.get("JobState", "")) is None:
-        raise ParseError(f"{where}: JobState={snippet(rec.get('JobState', ''))} is no state")
-    state = parse_job_state(clean(rec.get("JobState")), reason)
-    nodes = _low_of_range(rec.get("NumNodes"), f"{where} NumNodes", 1)  # "1" or "1-2"
-    cpus = _low_of_range(rec.get("NumCPUs"), f"{where} NumCPUs", 1)
-    tasks = _opt_int(rec.get("NumTasks"), f"{where} NumTasks")
-    tres = parse_tres(rec.get("TRES") or rec.get("ReqTRES") or rec.get("AllocTRES"))
-    gpus, gpu_type = tres_gpus(tres)
-    for key, mult in (("TresPerJob", 1), ("TresPerNode", nodes), ("TresPerTask", tasks or 1)):
-        n, t = request_gpus(rec.get(key))
-        if n and not gpus:
-            gpus = n * mult
-        gpu_type = gpu_type or t
-    mem_mb: int | None = None
-    if "mem" in tres:
-        total, _ = parse_memory(tres["mem"])
-        mem_mb = None if total is None else total // max(1, nodes)
-    elif clean(rec.get("MinMemoryNode")):
-        mem_mb, _ = parse_memory(rec["MinMemoryNode"])
-    elif clean(rec.get("MinMemoryCPU")):
-        per_cpu, _ = parse_memory(rec["MinMemoryCPU"])
-        mem_mb = None if per_cpu is None else per_cpu * cpus // max(1, nodes)
-    priority = _opt_int(rec.get("Priority"), f"{where} Priority")
+    return _JobReader(utc_offset_s).read(rec, where)
 
-    def ts(key: str) -> datetime | None:
-        return parse_timestamp(rec.get(key), utc_offset_s)
 
-    user = _user(rec.get("UserId"))
-    partition = clean(rec.get("Partition")) or ""
-    bad = next((w for w in (user, *partition.split(",")) if w and not NAME.fullmatch(w)), None)
-    if bad is not None:
-        raise ParseError(f"{where} job {job_id}: {snippet(bad)} is not a user or partition name")
-    data: dict[str, Any] = {
-        "job_id": job_id,
-        "partition": partition,
-        "state": state,
-        "reason": reason,
-        "user": user,
-        "name": clean(rec.get("JobName")),
-        "nodes": nodes,
-        "cpus": cpus,
-        "mem_mb": mem_mb,
-        "gpus": gpus,
-        "gpu_type": gpu_type,
-        "time_limit_s": parse_duration(rec.get("TimeLimit")),
-        "submit_time": ts("SubmitTime"),
-        "start_time": ts("StartTime"),
-        "end_time": ts("EndTime"),
-        "priority": priority,
-    }
-    try:
-        return JobRecord.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ParseError(f"{where} job {job_id}: field {loc}: {first['msg']}") from None
+class _JobReader:
+    """:func:`job_from_record` for many records: each distinct state, TRES, request,
+    time and name is read once."""
+
+    LIMIT = 100_000
+
+    def __init__(self, utc_offset_s: float = 0) -> None:
+        self.offset = utc_offset_s
+        self.memo: dict[tuple[str, str | None], Any] = {}
+
+    def _get(self, kind: str, text: str | None, make: Callable[[], Any]) -> Any:
+        key = (kind, text)
+        hit = self.memo.get(key, _MISS)
+        if hit is _MISS:
+            hit = make()  # (a failure raises, and is not kept)
+            if len(self.memo) < self.LIMIT:
+                self.memo[key] = hit
+        return hit
+
+    def _time(self, text: str | None) -> datetime | None:
+        return self._get("time", text, lambda: parse_timestamp(text, self.offset))  # type: ignore[no-any-return]
+
+    def read(self, rec: dict[str, str], where: str = "") -> JobRecord:
+        job_id = clean(rec.get("JobId"))
+        if job_id is None:
+            raise ParseError(f"{where}: record without JobId")
+        array_job, array_task = clean(rec.get("ArrayJobId")), clean(rec.get("ArrayTaskId"))
+        if array_job and array_task:
+            task = array_task if array_task.isdigit() else "[" + array_task + "]"
+            job_id = f"{array_job}_{task}"
+        job_id = check_job_id(job_id, "JobId")
+        raw_state, raw_reason = rec.get("JobState", ""), rec.get("Reason")
+
+        def state_of() -> tuple[str, str | None]:
+            reason = clean(raw_reason)
+            if _JOB_STATE.fullmatch(raw_state) is None:
+                raise ParseError(f"{where}: JobState={snippet(raw_state)} is no state")
+            return parse_job_state(clean(raw_state), reason), reason
+
+        state, reason = self._get("state", f"{raw_state}\0{raw_reason}", state_of)
+        nodes = _low_of_range(rec.get("NumNodes"), f"{where} NumNodes", 1)  # "1" or "1-2"
+        cpus = _low_of_range(rec.get("NumCPUs"), f"{where} NumCPUs", 1)
+        tasks = _opt_int(rec.get("NumTasks"), f"{where} NumTasks")
+        raw_tres = rec.get("TRES") or rec.get("ReqTRES") or rec.get("AllocTRES")
+        tres = self._get("tres", raw_tres, lambda: parse_tres(raw_tres))
+        gpus, gpu_type = self._get("gpus", raw_tres, lambda: tres_gpus(tres))
+        for key, mult in (("TresPerJob", 1), ("TresPerNode", nodes), ("TresPerTask", tasks or 1)):
+            raw = rec.get(key)
+            n, t = (0, None) if raw is None else self._get("req", raw, partial(request_gpus, raw))
+            if n and not gpus:
+                gpus = n * mult
+            gpu_type = gpu_type or t
+        mem_mb: int | None = None
+        if "mem" in tres:
+            total, _ = parse_memory(tres["mem"])
+            mem_mb = None if total is None else total // max(1, nodes)
+        elif clean(rec.get("MinMemoryNode")):
+            mem_mb, _ = parse_memory(rec["MinMemoryNode"])
+        elif clean(rec.get("MinMemoryCPU")):
+            per_cpu, _ = parse_memory(rec["MinMemoryCPU"])
+            mem_mb = None if per_cpu is None else per_cpu * cpus // max(1, nodes)
+        priority = _opt_int(rec.get("Priority"), f"{where} Priority")
+        raw_user, raw_partition = rec.get("UserId"), rec.get("Partition")
+
+        def names() -> tuple[str | None, str]:
+            user = _user(raw_user)
+            partition = clean(raw_partition) or ""
+            bad = next(
+                (w for w in (user, *partition.split(",")) if w and not NAME.fullmatch(w)), None
+            )
+            if bad is not None:
+                raise ParseError(
+                    f"{where} job {job_id}: {snippet(bad)} is not a user or partition name"
+                )
+            return user, partition
+
+        user, partition = self._get("names", f"{raw_user}\0{raw_partition}", names)
+        raw_limit = rec.get("TimeLimit")
+        # every value is checked (whole numbers, states from the table, aware datetimes,
+        # names): no second pass through pydantic; tests compare with validated records
+        return _MAKE_JOB(
+            (
+                job_id,
+                partition,
+                state,
+                reason,
+                user,
+                clean(rec.get("JobName")),  # name
+                nodes,
+                cpus,
+                mem_mb,
+                gpus,
+                gpu_type,
+                self._get("limit", raw_limit, lambda: parse_duration(raw_limit)),
+                self._time(rec.get("SubmitTime")),
+                self._time(rec.get("StartTime")),
+                self._time(rec.get("EndTime")),
+                priority,
+                (),  # node_names
+            )
+        )
+
+
+_MAKE_JOB = JOBS.values
 
 
 def parse_scontrol_jobs(
@@ -436,14 +363,16 @@ def parse_scontrol_jobs(
     """``scontrol show job [-o]`` -> JobRecords; a job listed twice is a ParseError."""
     out = []
     seen: dict[str, int] = {}
-    for n, rec in enumerate(_records(text, warnings, JOB_KEYS), start=1):
-        where = f"scontrol show job record {n}"
-        if "JobId" not in rec:
-            raise ParseError(f"{where}: no JobId= key")
-        with field_errors(where):
-            job = job_from_record(rec, utc_offset_s, where)
-        _once(seen, job.job_id, n, f"{where}: job")
-        out.append(job)
+    read = _JobReader(utc_offset_s).read
+    with gc_paused():
+        for n, rec in enumerate(read_records(text, warnings, JOB_KEYS), start=1):
+            where = f"scontrol show job record {n}"
+            if "JobId" not in rec:
+                raise ParseError(f"{where}: no JobId= key")
+            with field_errors(where):
+                job = read(rec, where)
+            _once(seen, job.job_id, n, f"{where}: job")
+            out.append(job)
     return out
 
 
@@ -462,61 +391,139 @@ def nodes_from_record(
     empty ``Partitions=``: a DOWN node, a spare) has no record in a snapshot, whose nodes
     are per partition: it is skipped with a note in ``warnings``, as the JSON path does.
     """
-    name = clean(rec.get("NodeName"))
-    if name is None:
-        raise ParseError(f"{where}: record without NodeName")
-    if _NAME.fullmatch(name) is None:
-        raise ParseError(f"{where}: {snippet(name)} is not a node name")
-    if _NODE_STATE.fullmatch(rec.get("State", "")) is None:
-        raise ParseError(f"{where} node {name}: State={snippet(rec.get('State', ''))} is no state")
-    state, flags = parse_node_state(clean(rec.get("State")))
-    cpus_total = _count(rec.get("CPUTot"), f"{where} CPUTot", 0)
-    cpus_alloc = _count(rec.get("CPUAlloc"), f"{where} CPUAlloc", 0)
-    alloc_tres = parse_tres(rec.get("AllocTRES"))
+    return _NodeReader().read(rec, where, warnings)
+
+
+class _NodeReader:
+    """:func:`nodes_from_record` for many records: each distinct state, GRES, TRES,
+    reason, feature and partition list is read once (nodes repeat them)."""
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self.memo: dict[tuple[str, str | None], Any] = {}
+
+    def _get(self, kind: str, text: str | None, make: Any) -> Any:
+        key = (kind, text)
+        hit = self.memo.get(key, _MISS)
+        if hit is _MISS:
+            hit = make()  # (a failure raises, and is not kept)
+            if len(self.memo) < self.LIMIT:
+                self.memo[key] = hit
+        return hit
+
+    def read(
+        self, rec: dict[str, str], where: str = "", warnings: RowWarnings | None = None
+    ) -> list[NodeRecord]:
+        name = clean(rec.get("NodeName"))
+        if name is None:
+            raise ParseError(f"{where}: record without NodeName")
+        if _NAME.fullmatch(name) is None:
+            raise ParseError(f"{where}: {snippet(name)} is not a node name")
+        raw_state = rec.get("State")
+
+        def state_of() -> tuple[NodeStateName, tuple[str, ...]]:
+            if _NODE_STATE.fullmatch(raw_state or "") is None:
+                raise ParseError(
+                    f"{where} node {name}: State={snippet(raw_state or '')} is no state"
+                )
+            return parse_node_state(clean(raw_state))
+
+        state, flags = self._get("state", raw_state, state_of)
+        cpus_total = _number(rec.get("CPUTot"), f"{where} CPUTot")
+        cpus_alloc = _number(rec.get("CPUAlloc"), f"{where} CPUAlloc")
+        alloc_text, used_text = rec.get("AllocTRES"), rec.get("GresUsed")
+        used = dict(
+            self._get(
+                "used",
+                f"{alloc_text}\0{used_text}",
+                lambda: _gpus_in_use(alloc_text, used_text),
+            )
+        )
+        raw_reason = rec.get("Reason")
+        reason = self._get("reason", raw_reason, lambda: _reason(raw_reason))
+        raw_features, raw_parts = rec.get("AvailableFeatures"), rec.get("Partitions")
+        features, parts = self._get(
+            "names",
+            f"{raw_features}\0{raw_parts}",
+            lambda: _features_and_partitions(raw_features, raw_parts, f"{where} node {name}"),
+        )
+        if not parts:
+            if warnings is not None:
+                warnings.add("no partition", f"{where}: node {name} is in no partition; skipped")
+            return []
+        mem_total = _number(rec.get("RealMemory"), f"{where} RealMemory")
+        mem_alloc = _number(rec.get("AllocMem"), f"{where} AllocMem")
+        raw_gres = rec.get("Gres")
+        gres = self._get("gres", raw_gres, lambda: gpus_by_type(raw_gres))
+        # every value is checked (whole numbers, states from the table, names): no second
+        # pass through pydantic (the 50 MB path); tests compare with validated records
+        return [
+            _MAKE_NODE(
+                (
+                    name,
+                    part,
+                    state,
+                    flags,
+                    reason,
+                    cpus_total,
+                    cpus_alloc,
+                    mem_total,
+                    mem_alloc,
+                    dict(gres),  # (a dict of its own per record)
+                    used if i == 0 else dict(used),
+                    features,
+                )
+            )
+            for i, part in enumerate(parts)
+        ]
+
+
+_MAKE_NODE = NODES.values
+"""A NodeRecord from the values of its fields, in order (name, partition, state,
+state_flags, reason, cpus_total, cpus_alloc, mem_mb_total, mem_mb_alloc,
+gpus_total_by_type, gpus_alloc_by_type, features)."""
+
+
+def _number(value: str | None, what: str) -> int:
+    """:func:`_count` with default 0, the common case (digits) inline."""
+    if value is not None and value.isdigit() and len(value) < 19 and value.isascii():
+        return int(value)
+    return _count(value, what, 0)
+
+
+def _gpus_in_use(alloc_text: str | None, used_text: str | None) -> dict[str, int]:
+    alloc_tres = parse_tres(alloc_text)
     used: dict[str, int] = {}
     for key, val in alloc_tres.items():
         if key.startswith("gres/gpu:") and val.isdigit():
             used[key.split(":", 1)[1]] = int(val)
-    if not used and clean(rec.get("GresUsed")):
-        used = gpus_by_type(rec["GresUsed"])
+    if not used and clean(used_text):
+        used = gpus_by_type(used_text)
     if not used:
         n, _ = tres_gpus(alloc_tres)
         if n:
             used[UNTYPED] = n
-    reason = clean(rec.get("Reason"))
+    return used
+
+
+def _reason(text: str | None) -> str | None:
+    reason = clean(text)
     if reason is not None:
         reason = _REASON_STAMP.sub("", reason) or None
-    feats = clean(rec.get("AvailableFeatures"))
+    return reason
+
+
+def _features_and_partitions(
+    raw_features: str | None, raw_parts: str | None, where: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    feats = clean(raw_features)
     features = tuple(f for f in (feats or "").split(",") if f)
-    parts = [p for p in (clean(rec.get("Partitions")) or "").split(",") if p]
+    parts = tuple(p for p in (clean(raw_parts) or "").split(",") if p)
     bad = next((w for w in (*features, *parts) if _NAME.fullmatch(w) is None), None)
     if bad is not None:
-        raise ParseError(f"{where} node {name}: {snippet(bad)} is not a feature or partition")
-    if not parts and warnings is not None:
-        warnings.add("no partition", f"{where}: node {name} is in no partition; skipped")
-    out = []
-    for part in parts:
-        data = {
-            "name": name,
-            "partition": part,
-            "state": state,
-            "state_flags": flags,
-            "reason": reason,
-            "cpus_total": cpus_total,
-            "cpus_alloc": cpus_alloc,
-            "mem_mb_total": _count(rec.get("RealMemory"), f"{where} RealMemory", 0),
-            "mem_mb_alloc": _count(rec.get("AllocMem"), f"{where} AllocMem", 0),
-            "gpus_total_by_type": gpus_by_type(rec.get("Gres")),
-            "gpus_alloc_by_type": used,
-            "features": features,
-        }
-        try:
-            out.append(NodeRecord.model_validate(data))
-        except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ParseError(f"{where} node {name}: field {loc}: {first['msg']}") from None
-    return out
+        raise ParseError(f"{where}: {snippet(bad)} is not a feature or partition")
+    return features, parts
 
 
 def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -> list[NodeRecord]:
@@ -529,24 +536,36 @@ def parse_scontrol_nodes(text: str | bytes, warnings: list[str] | None = None) -
     out: list[NodeRecord] = []
     raw = as_text(text, "scontrol show node", notes)
     seen: dict[str, int] = {}
-    for n, (line, rec) in enumerate(_checked_records(raw, notes, NODE_KEYS), start=1):
-        where = f"scontrol show node record {n} (line {line})"
-        if "NodeName" not in rec:
-            raise ParseError(f"{where}: no NodeName= key")
-        stray = next((k for k in _ONE_WORD_NODE_KEYS if len(rec.get(k, "").split()) > 1), None)
-        if stray is not None:  # a word glued into a one-word value: which part is right?
-            rest = rec[stray].split(None, 1)[1]
-            notes.add(
-                f"{stray} stray words",
-                f"{where}: node {snippet(rec['NodeName'].split()[0] or '?')} skipped: "
-                f"{stray}={snippet(rec[stray])} has stray words {snippet(rest)}",
-            )
-            continue
-        with field_errors(where):
-            out.extend(nodes_from_record(rec, where, notes))
-        _once(seen, rec["NodeName"], n, f"{where}: node")
+    read = _NodeReader().read
+    with gc_paused():
+        for n, (line, rec) in enumerate(checked_records(raw, notes, NODE_KEYS), start=1):
+            where = f"scontrol show node record {n} (line {line})"
+            if "NodeName" not in rec:
+                raise ParseError(f"{where}: no NodeName= key")
+            stray = _stray(rec)
+            if stray is not None:  # a word glued into a one-word value: which part is right?
+                rest = rec[stray].split(None, 1)[1]
+                notes.add(
+                    f"{stray} stray words",
+                    f"{where}: node {snippet(rec['NodeName'].split()[0] or '?')} skipped: "
+                    f"{stray}={snippet(rec[stray])} has stray words {snippet(rest)}",
+                )
+                continue
+            with field_errors(where):
+                out.extend(read(rec, where, notes))
+            _once(seen, rec["NodeName"], n, f"{where}: node")
     notes.into(warnings)
     return out
+
+
+def _stray(rec: dict[str, str]) -> str | None:
+    """The first one-word node field that holds several words, or None."""
+    values = list(map(rec.get, _ONE_WORD_NODE_KEYS, _NO_VALUES))
+    if not any(map(_HAS_SPACE, values)):
+        return None
+    return next(
+        (k for k, v in zip(_ONE_WORD_NODE_KEYS, values, strict=True) if len(v.split()) > 1), None
+    )
 
 
 _ONE_WORD_NODE_KEYS = (
@@ -563,3 +582,6 @@ _ONE_WORD_NODE_KEYS = (
     "CfgTRES",
 )
 """Node fields whose value is one word: further words before the next key are damage."""
+
+_NO_VALUES = ("",) * len(_ONE_WORD_NODE_KEYS)
+_HAS_SPACE = re.compile(r"\s").search

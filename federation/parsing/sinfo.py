@@ -30,6 +30,7 @@ from federation.parsing.common import (
     check_errors,
     clean,
     field_errors,
+    gc_paused,
     json_int,
     json_name,
     json_str,
@@ -40,6 +41,7 @@ from federation.parsing.common import (
 )
 from federation.parsing.gres import gpus_by_type
 from federation.parsing.hostlist import MAX_HOSTS, expand_hostlist
+from federation.parsing.records import NODES
 from federation.parsing.states import parse_node_state
 
 SINFO_FIELDS: tuple[str, ...] = (
@@ -76,19 +78,12 @@ def _node(data: dict[str, Any], where: str) -> NodeRecord:
         raise ParseError(f"{where}: field {loc}: {first['msg']}") from None
 
 
-_NODE_FIELDS_SET = set(NodeRecord.model_fields)
-
-
-def _trusted_node(data: dict[str, Any]) -> NodeRecord:
-    """A NodeRecord from values :func:`parse_sinfo` has checked (whole numbers, states from
-    the table, strings), without pydantic's second pass (the 50 MB path); tests compare it
-    with ``model_validate`` on every fixture."""
-    obj = NodeRecord.__new__(NodeRecord)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", _NODE_FIELDS_SET)  # (frozen: shared)
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
+_MAKE_NODE = NODES.values
+"""A NodeRecord from the values of its fields, in order (name, partition, state,
+state_flags, reason, cpus_total, cpus_alloc, mem_mb_total, mem_mb_alloc,
+gpus_total_by_type, gpus_alloc_by_type, features), checked by :func:`parse_sinfo`
+(whole numbers, states from the table, strings), without pydantic's second pass (the
+50 MB path); tests compare it with ``model_validate`` on every fixture."""
 
 
 class _Cache(dict[str, Any]):
@@ -140,56 +135,59 @@ def parse_sinfo(stdout: str, fields: Sequence[str] = SINFO_FIELDS) -> list[NodeR
         return state, flags
 
     nodes: list[NodeRecord] = []
-    seen: dict[tuple[str, str], int] = {}
+    append = nodes.append
+    seen: set[tuple[str, str]] = set()  # (record n made nodes[n - 1])
     n = 0
     try:
-        for n, row in enumerate(split_records(stdout, len(fields), "sinfo"), start=1):
-            name = row[i_node].strip()
-            if not name or "[" in name or "," in name:
-                raise ParseError(f"NodeList {name!r} is not one node name (run with -N)")
-            part = parts_.get_or(row[i_part], lambda t: t.strip().rstrip("*"))
-            if not part:
-                raise ParseError(f"empty Partition for node {name}")
-            key = (name, part)
-            if key in seen:
-                raise ParseError(
-                    f"node {name} in partition {part} is listed twice (first on line "
-                    f"{seen[key]}): duplicated output"
+        with gc_paused():
+            for n, row in enumerate(split_records(stdout, len(fields), "sinfo"), 1):  # noqa: B007
+                name = row[i_node].strip()
+                if not name or "[" in name or "," in name:
+                    raise ParseError(f"NodeList {name!r} is not one node name (run with -N)")
+                part = parts_.get_or(row[i_part], _partition)
+                if not part:
+                    raise ParseError(f"empty Partition for node {name}")
+                key = (name, part)
+                if key in seen:
+                    first = next(k for k, r in enumerate(nodes, 1) if (r.name, r.partition) == key)
+                    raise ParseError(
+                        f"node {name} in partition {part} is listed twice (first on line "
+                        f"{first}): duplicated output"
+                    )
+                seen.add(key)
+                alloc, total = cpu_states.get_or(row[i_cpus], _cpus_state)
+                state_key = (
+                    f"{row[i_comp] if i_comp is not None else ''}\x1f"
+                    f"{row[i_long] if i_long is not None else ''}"
                 )
-            seen[key] = n
-            alloc, total = cpu_states.get_or(row[i_cpus], _cpus_state)
-            state_key = (
-                f"{row[i_comp] if i_comp is not None else ''}\x1f"
-                f"{row[i_long] if i_long is not None else ''}"
-            )
-            state, flags = states.get_or(state_key, state_of)
-            mem = row[i_mem].strip().rstrip("+")
-            amem = row[i_amem].strip()
-            nodes.append(
-                _trusted_node(
-                    {
-                        "name": name,
-                        "partition": part,
-                        "state": state,
-                        "state_flags": flags,
-                        "reason": texts.get_or(row[i_reason], clean)
-                        if i_reason is not None
-                        else None,
-                        "cpus_total": total,
-                        "cpus_alloc": alloc,
-                        "mem_mb_total": numbers.get_or(mem, _memory),
-                        "mem_mb_alloc": alloc_mems.get_or(amem, _alloc_mem),
-                        "gpus_total_by_type": gres.get_or(row[i_gres], gpus_by_type),
-                        "gpus_alloc_by_type": used_.get_or(row[i_used], _used_gpus),
-                        "features": feats.get_or(row[i_feat], _features)
-                        if i_feat is not None
-                        else (),
-                    }
+                state, flags = states.get_or(state_key, state_of)
+                mem = row[i_mem].strip().rstrip("+")
+                amem = row[i_amem].strip()
+                append(
+                    _MAKE_NODE(
+                        (
+                            name,
+                            part,
+                            state,
+                            flags,
+                            texts.get_or(row[i_reason], clean) if i_reason is not None else None,
+                            total,  # cpus_total
+                            alloc,  # cpus_alloc
+                            numbers.get_or(mem, _memory),  # mem_mb_total
+                            alloc_mems.get_or(amem, _alloc_mem),  # mem_mb_alloc
+                            gres.get_or(row[i_gres], gpus_by_type),  # gpus_total_by_type
+                            used_.get_or(row[i_used], _used_gpus),  # gpus_alloc_by_type
+                            feats.get_or(row[i_feat], _features) if i_feat is not None else (),
+                        )
+                    )
                 )
-            )
     except ParseError as e:
         raise ParseError(f"sinfo line {n}: {e}") from None
     return nodes
+
+
+def _partition(text: str) -> str:
+    return text.strip().rstrip("*")
 
 
 # --- JSON -------------------------------------------------------------------------------

@@ -19,12 +19,10 @@ nodes when known, else ``MinMemory``); ``gpus`` is the job's total GPU count, fr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
-
-from pydantic import ValidationError
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
@@ -34,6 +32,7 @@ from federation.parsing.common import (
     as_text,
     clean,
     cut_line,
+    gc_paused,
     snippet,
     split_records,
     whole,
@@ -42,19 +41,19 @@ from federation.parsing.common import job_id as check_job_id
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
+    _KEYS,
     _NO_NODES,
     _NO_VALUE,
     _PROBE_FIELDS,
     COLUMN_ALIASES,
     SQUEUE_FIELDS,
     SQUEUE_FIELDS_NODES,
+    TRUSTED_JOB,
     _gpus,
     _int,
     _strip_parens,
-    _trusted_job,
     canonical_index,
     count_states,
-    gc_paused,
     reason_code,
     squash,
     with_start_time,
@@ -107,8 +106,18 @@ class _Builder:
         self._utc = not utc_offset_s
         self._mem: dict[str, int | None] = {}
         self._hosts: dict[str, tuple[str, ...]] = {}
-        self._keys = tuple(self.idx)
-        self._values = itemgetter(*self.idx.values())
+        self._users: dict[str, str | None] = {}
+        self._texts: dict[str, str] = {}
+        # every canonical key's value in a row (the None appended to the row when absent)
+        self._cells = itemgetter(*(self.idx.get(k, len(columns)) for k in _KEYS))
+        self._id = self.idx["job_id"]
+        others = [i for i in range(len(columns)) if i != self._id]
+        # a row but for its job id, as a key (-> the values of all other fields)
+        self._others: Callable[[Sequence[str]], Any] = (
+            itemgetter(*others) if others else (lambda row: ())
+        )
+        self._rows: dict[Any, dict[str, Any]] | None = {}
+        self._misses = 0
 
     def _state_reason(
         self, raw_state: str | None, raw_reason: str | None, nodelist_reason: str | None
@@ -208,66 +217,114 @@ class _Builder:
             label = f"squeue record {where}" if isinstance(where, int) else where
             raise ParseError(f"{label}: {e}") from None
 
+    def _user(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        if text in self._users:
+            return self._users[text]
+        name = _name(text)
+        if len(self._users) < 100_000:
+            self._users[text] = name
+        return name
+
+    def _text(self, text: str) -> str:
+        """``text`` stripped, one string object per distinct value (partitions, names)."""
+        hit = self._texts.get(text)
+        if hit is None:
+            hit = text.strip()
+            if len(self._texts) < 100_000:
+                self._texts[text] = hit
+        return hit
+
     def _build(self, row: Sequence[str]) -> JobRecord:
-        values = self._values(row)
-        cell = dict(
-            zip(self._keys, values if isinstance(values, tuple) else (values,), strict=True)
-        ).get
-        job_id = cell("job_id", "").strip()
+        return _MAKE_JOB(self._values(row))
+
+    def remember(self, row: Sequence[str]) -> JobRecord:
+        """:meth:`_build`, its record kept as the one the rows that repeat this row's
+        values but for the job id copy (:func:`jobs_from_table`; given up when few rows
+        repeat)."""
+        job = _MAKE_JOB(self._values(row))
+        cache = self._rows
+        if cache is not None:
+            self._misses += 1
+            if len(cache) < 20_000:
+                cache[self._others(row)] = job.__dict__
+            elif self._misses > 2 * len(cache):
+                self._rows = None  # rows that do not repeat: stop looking them up
+        return job
+
+    def _values(self, row: Sequence[str]) -> tuple[Any, ...]:
+        """The value of every JobRecord field of one row, in order, each checked."""
+        (
+            job_id,
+            part,
+            raw_state,
+            raw_reason,
+            nodelist_reason,
+            user,
+            name,
+            nodes_text,
+            cpus_text,
+            tasks_text,
+            min_memory,
+            per_node,
+            per_job,
+            per_task,
+            alloc,
+            time_limit,
+            submit,
+            start,
+            end,
+            priority_text,
+            node_list,
+        ) = self._cells((*row, None))
+        job_id = job_id.strip()
         if not job_id:
             raise ParseError("empty job id")
         job_id = check_job_id(job_id, "JOBID")
-        state, reason = self._state_reason(cell("state"), cell("reason"), cell("nodelist_reason"))
-        nodes = _int(cell("nodes"), "nodes")
+        state, reason = self._state_reason(raw_state, raw_reason, nodelist_reason)
+        nodes = _int(nodes_text, "nodes")
         nodes = 1 if nodes is None else nodes
-        cpus = _int(cell("cpus"), "cpus")
-        tasks = _int(cell("tasks"), "tasks")
-        gpus, gpu_type, mem_mb = self._resources(
-            (
-                cell("tres_alloc"),
-                cell("tres_per_job"),
-                cell("tres_per_node"),
-                cell("tres_per_task"),
-                nodes,
-                tasks,
-            )
-        )
+        cpus = _int(cpus_text, "cpus")
+        tasks = _int(tasks_text, "tasks")
+        gpus, gpu_type, mem_mb = self._resources((alloc, per_job, per_node, per_task, nodes, tasks))
         if mem_mb is None:
-            mem_mb = self._memory(cell("min_memory"))
-        name = cell("name")
+            mem_mb = self._memory(min_memory)
         if name is not None:
-            name = name.strip() or None
-        user = cell("user")
-        priority_text = cell("priority")
+            name = self._text(name) or None
         priority = None if priority_text is None else _priority(priority_text)
-        part = cell("partition")
-        node_list = cell("node_list")
         if node_list is None and state not in _NO_NODES:  # %R: node names once running
-            nr = cell("nodelist_reason")
+            nr = nodelist_reason
             if nr is not None and not nr.strip().startswith("("):
                 node_list = nr
-        data: dict[str, Any] = {
-            "job_id": job_id,
-            "partition": part.strip() if part is not None else "",
-            "state": state,
-            "reason": reason,
-            "user": _name(user),
-            "name": name,
-            "nodes": nodes,
-            "cpus": 1 if cpus is None else cpus,
-            "mem_mb": mem_mb,
-            "gpus": gpus,
-            "gpu_type": gpu_type,
-            "time_limit_s": self._duration(cell("time_limit")),
-            "submit_time": self._time(cell("submit_time")),
-            "start_time": self._time(cell("start_time")),
-            "end_time": self._time(cell("end_time")),
-            "priority": priority,
-            "node_names": self._nodes(node_list.strip() if node_list else None, state),
-        }
-        # every value above is checked (whole numbers in range, states from the table,
-        # aware datetimes, names): no second pass through pydantic (the 50 MB path)
-        return _trusted_job(data)
+        # every value is checked (whole numbers in range, states from the table, aware
+        # datetimes, names): no second pass through pydantic (the 50 MB path)
+        return (
+            job_id,
+            self._text(part) if part is not None else "",  # partition
+            state,
+            reason,
+            self._user(user),
+            name,
+            nodes,
+            1 if cpus is None else cpus,
+            mem_mb,
+            gpus,
+            gpu_type,
+            self._duration(time_limit),  # time_limit_s
+            self._time(submit),
+            self._time(start),
+            self._time(end),
+            priority,
+            self._nodes(node_list.strip() if node_list else None, state),  # node_names
+        )
+
+
+_MAKE_JOB = TRUSTED_JOB.values
+"""A JobRecord from the values of its fields, in order (job_id, partition, state, reason,
+user, name, nodes, cpus, mem_mb, gpus, gpu_type, time_limit_s, submit_time, start_time,
+end_time, priority, node_names)."""
+_JOB_WITH = TRUSTED_JOB.with_dict
 
 
 def _name(text: str | None) -> str | None:
@@ -346,9 +403,9 @@ def _fast_probe_jobs(
     Every value is checked here (integers are digit strings, states come from the table,
     times are aware datetimes), so records are built without pydantic's second pass.
     """
-    validate = _trusted_job
+    make = _MAKE_JOB
     state_reason, resources, memory = b._state_reason, b._resources, b._memory
-    duration, ts, hosts = b._duration, b._time, b._nodes
+    duration, ts, hosts, user_name = b._duration, b._time, b._nodes, b._user
     width = len(SQUEUE_FIELDS)
     out: list[JobRecord] = []
     append = out.append
@@ -394,36 +451,33 @@ def _fast_probe_jobs(
             gpus, gpu_type, mem_mb = resources((ta, tpj, tpn, tpt, nodes, tasks))
             if mem_mb is None:
                 mem_mb = memory(mm)
-            data = {
-                "job_id": job_id,
-                "partition": part,
-                "state": state,
-                "reason": reason,
-                "user": _name(user) if user else None,
-                "name": name or None,
-                "nodes": nodes,
-                "cpus": cpus,
-                "mem_mb": mem_mb,
-                "gpus": gpus,
-                "gpu_type": gpu_type,
-                "time_limit_s": duration(tl),
-                "submit_time": ts(sub),
-                "start_time": (estimates.get(job_id) or ts(start))
-                if estimates and state in _ESTIMATED
-                else ts(start),
-                "end_time": ts(end),
-                "priority": _priority(prio),
-                "node_names": hosts(node_list, state) if node_list else (),
-            }
-            append(validate(data))
+            append(
+                make(
+                    (
+                        job_id,
+                        part,
+                        state,
+                        reason,
+                        user_name(user) if user else None,
+                        name or None,
+                        nodes,
+                        cpus,
+                        mem_mb,
+                        gpus,
+                        gpu_type,
+                        duration(tl),
+                        ts(sub),
+                        (estimates.get(job_id) or ts(start))
+                        if estimates and state in _ESTIMATED
+                        else ts(start),
+                        ts(end),
+                        _priority(prio),
+                        hosts(node_list, state) if node_list else (),
+                    )
+                )
+            )
     except ParseError as e:
         raise ParseError(f"squeue record {n}: {e} (record starts {snippet(row[0])})") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ParseError(
-            f"squeue record {n}: field {loc}: {first['msg']} (record starts {snippet(row[0])})"
-        ) from None
     return out
 
 
@@ -438,26 +492,61 @@ def jobs_from_table(
     builder = _Builder(table.columns, utc_offset_s)
     notes = RowWarnings()
     out: list[JobRecord] = []
-    build, line_of = builder._build, table.line_of
-    seen: dict[str, int] = {}
-    for n, row in enumerate(table.rows):
-        try:
-            job = build(row)
-        except ParseError as e:
-            notes.add("squeue row", f"squeue line {line_of(n)} skipped: {e}")
-            continue
-        first = seen.setdefault(job.job_id, line_of(n))
-        if first != line_of(n):
-            notes.add(
-                "duplicate",
-                f"squeue line {line_of(n)} skipped: job {job.job_id} is listed twice "
-                f"(first on line {first}): duplicated output",
-            )
-            continue
-        out.append(job)
+    append = out.append
+    failed: set[int] = set()  # the lines of rows that did not parse
+    others, i_id, like_with = builder._others, builder._id, _JOB_WITH
+    cache = builder._rows
+    with gc_paused():
+        for line, row in table.numbered_rows():
+            try:
+                like = None if cache is None else cache.get(others(row))
+                if like is None:
+                    append(builder.remember(row))
+                    cache = builder._rows
+                    continue
+                # a row like an earlier one but for its job id: a copy of its record
+                job_id = row[i_id]
+                if not (job_id.isdigit() and len(job_id) < 10 and job_id.isascii()):
+                    job_id = _job_id(job_id)
+                data = like.copy()
+                data["job_id"] = job_id
+                append(like_with(data))
+            except ParseError as e:
+                notes.add("squeue row", f"squeue line {line} skipped: {e}")
+                failed.add(line)
+        if len(set(map(_JOB_ID, out))) != len(out):  # a job listed twice: which lines?
+            lines = [n for n in table.row_lines() if n not in failed]
+            out = _first_of_each(out, lines, notes)
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
+    return out
+
+
+_JOB_ID = attrgetter("job_id")
+
+
+def _job_id(text: str) -> str:
+    job_id = text.strip()
+    if not job_id:
+        raise ParseError("empty job id")
+    return check_job_id(job_id, "JOBID")
+
+
+def _first_of_each(jobs: list[JobRecord], lines: list[int], notes: RowWarnings) -> list[JobRecord]:
+    """``jobs`` (from ``lines``) without the ones that repeat an earlier job id."""
+    first: dict[str, int] = {}
+    out: list[JobRecord] = []
+    for job, line in zip(jobs, lines, strict=True):
+        at = first.setdefault(job.job_id, line)
+        if at != line:
+            notes.add(
+                "duplicate",
+                f"squeue line {line} skipped: job {job.job_id} is listed twice "
+                f"(first on line {at}): duplicated output",
+            )
+            continue
+        out.append(job)
     return out
 
 

@@ -7,10 +7,8 @@ The probe's field list (:data:`SQUEUE_FIELDS`), the aliases of third-party colum
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +16,7 @@ from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
 from federation.parsing.common import MAX_COUNT, snippet
 from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
+from federation.parsing.records import JOBS
 
 SQUEUE_FIELDS: tuple[str, ...] = (
     "JobArrayID",
@@ -210,23 +209,10 @@ def _gpus(
 _NO_VALUE = ("", "N/A", "(null)", "None")
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many acyclic records (it would rescan them all
-    several times over; reference counting frees them as usual)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 _ESTIMATED = frozenset({"pending", "requeued"})
 
 
-_JOB_FIELDS_SET = set(JobRecord.model_fields)
+TRUSTED_JOB = JOBS
 
 
 def _trusted_job(data: dict[str, Any]) -> JobRecord:
@@ -235,19 +221,14 @@ def _trusted_job(data: dict[str, Any]) -> JobRecord:
     Like ``model_construct`` (which is slower than validating here) it skips validation;
     tests compare its results with ``model_validate`` on every fixture.
     """
-    obj = JobRecord.__new__(JobRecord)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", _JOB_FIELDS_SET)  # (frozen: shared)
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
+    return TRUSTED_JOB.mapping(data)
 
 
 def with_start_time(job: JobRecord, start: datetime | None) -> JobRecord:
     """``job`` with another start time (Slurm's estimate), without re-validating it."""
     data = dict(job.__dict__)
     data["start_time"] = start
-    return _trusted_job(data)
+    return TRUSTED_JOB.mapping(data)
 
 
 def count_states(jobs: Iterable[JobRecord]) -> dict[str, int]:
