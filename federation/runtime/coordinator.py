@@ -198,13 +198,11 @@ class Coordinator:
         return self._probe(list(self.backends))
 
     def _probe(self, names: list[str]) -> FederationSnapshot:
-        """Probe ``names`` now (:meth:`Freshness.probe
-        <federation.runtime.freshness.Freshness.probe>`; tests' in-process sites replace it)."""
+        """Probe ``names`` now (``Freshness.probe``; tests' in-process sites replace it)."""
         return self._probing.probe(names)
 
     def probe_ahead(self) -> None:
-        """Start a probe round in the background (at connect): the first submission then
-        finds its snapshot, or waits for this round rather than start one of its own."""
+        """Start a probe round in the background (at connect), for the first submission."""
         self._probing.start()
 
     def snapshot(
@@ -562,10 +560,8 @@ class Coordinator:
             self._reports.notify_started(compute_task_id, slurm_job_id)
 
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
-        if self.closed:  # the store is shut: the next coordinator on it re-attaches the task
-            logger.debug("closed: the end of task %s is left to the next coordinator", handle.id)
-            return
-        self._reports.on_done(handle, fut)
+        if not self.closed:  # else the store is shut: the next coordinator re-attaches it
+            self._reports.on_done(handle, fut)
 
     # --- lifetime ----------------------------------------------------------------------------
     def own(self, *resources: Store | Telemetry | None) -> None:
