@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import re
@@ -195,19 +194,6 @@ def split_records(text: str, nfields: int, what: str) -> Iterator[list[str]]:
             f"{what} line {line_of(text, pos)}: record not closed by 0x1E (output truncated "
             f"or not in the probe's format): {snippet(tail)}"
         )
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many acyclic records (it would rescan them all
-    several times over; reference counting frees them as usual)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class _DuplicateKey(Exception):

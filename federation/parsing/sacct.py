@@ -17,13 +17,13 @@ from operator import itemgetter
 from typing import Any
 
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import JobStateName
 from federation.parsing.common import (
     MAX_COUNT,
     RowWarnings,
     clean,
     field_errors,
-    gc_paused,
     json_int,
     json_name,
     json_objects,

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Literal
 
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import JobRecord, NodeRecord, NodeStateName
 from federation.parsing.common import (
     MAX_COUNT,
@@ -27,7 +28,6 @@ from federation.parsing.common import (
     as_text,
     clean,
     field_errors,
-    gc_paused,
     snippet,
     whole,
 )
@@ -251,14 +251,12 @@ def job_from_record(rec: dict[str, str], utc_offset_s: float = 0, where: str = "
     return _JobReader(utc_offset_s).read(rec, where)
 
 
-class _JobReader:
-    """:func:`job_from_record` for many records: each distinct state, TRES, request,
-    time and name is read once."""
+class _Memo:
+    """Values read from repeated texts, each ``(kind, text)`` once, up to ``LIMIT`` kept."""
 
     LIMIT = 100_000
 
-    def __init__(self, utc_offset_s: float = 0) -> None:
-        self.offset = utc_offset_s
+    def __init__(self) -> None:
         self.memo: dict[tuple[str, str | None], Any] = {}
 
     def _get(self, kind: str, text: str | None, make: Callable[[], Any]) -> Any:
@@ -269,6 +267,15 @@ class _JobReader:
             if len(self.memo) < self.LIMIT:
                 self.memo[key] = hit
         return hit
+
+
+class _JobReader(_Memo):
+    """:func:`job_from_record` for many records: each distinct state, TRES, request,
+    time and name is read once."""
+
+    def __init__(self, utc_offset_s: float = 0) -> None:
+        super().__init__()
+        self.offset = utc_offset_s
 
     def _time(self, text: str | None) -> datetime | None:
         return self._get("time", text, lambda: parse_timestamp(text, self.offset))  # type: ignore[no-any-return]
@@ -394,23 +401,9 @@ def nodes_from_record(
     return _NodeReader().read(rec, where, warnings)
 
 
-class _NodeReader:
+class _NodeReader(_Memo):
     """:func:`nodes_from_record` for many records: each distinct state, GRES, TRES,
     reason, feature and partition list is read once (nodes repeat them)."""
-
-    LIMIT = 100_000
-
-    def __init__(self) -> None:
-        self.memo: dict[tuple[str, str | None], Any] = {}
-
-    def _get(self, kind: str, text: str | None, make: Any) -> Any:
-        key = (kind, text)
-        hit = self.memo.get(key, _MISS)
-        if hit is _MISS:
-            hit = make()  # (a failure raises, and is not kept)
-            if len(self.memo) < self.LIMIT:
-                self.memo[key] = hit
-        return hit
 
     def read(
         self, rec: dict[str, str], where: str = "", warnings: RowWarnings | None = None

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import NodeRecord
 from federation.parsing.common import (
     MAX_COUNT,
@@ -30,7 +31,6 @@ from federation.parsing.common import (
     check_errors,
     clean,
     field_errors,
-    gc_paused,
     json_int,
     json_name,
     json_str,

@@ -21,6 +21,7 @@ from typing import Any
 
 from federation.core.charge import charged_partitions, common_unit
 from federation.core.errors import ParseError, ProbeError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import (
     AllocationScope,
     JobRecord,
@@ -39,7 +40,6 @@ from federation.parsing.scontrol import PartitionInfo, parse_scontrol_partitions
 from federation.parsing.sinfo import SINFO_FIELDS, parse_sinfo
 from federation.parsing.squeue import (
     SQUEUE_FIELDS,
-    gc_paused,
     parse_squeue,
     reason_code,
 )

@@ -25,6 +25,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import JobRecord
 from federation.parsing.common import (
     NAME,
@@ -32,7 +33,6 @@ from federation.parsing.common import (
     as_text,
     clean,
     cut_line,
-    gc_paused,
     snippet,
     split_records,
     whole,

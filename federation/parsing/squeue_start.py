@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.parsing.common import (
     RowWarnings,
     as_text,
     clean,
     cut_line,
-    gc_paused,
     snippet,
     split_records,
 )

@@ -23,6 +23,7 @@ from typing import Any
 
 from federation.core.charge import AllocationUnit
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
     NAME,
@@ -30,7 +31,6 @@ from federation.parsing.common import (
     clean,
     cut_line,
     field_errors,
-    gc_paused,
     iter_lines,
     json_float,
     json_int,
