@@ -201,8 +201,7 @@ class CloudSite(ComputeSite):
             info = self._info
             want_meta = refresh or (metadata and self._meta is None)
             if (
-                not refresh
-                and not want_meta
+                not want_meta  # (``refresh`` asks both again)
                 and info is not None
                 and time.monotonic() - info.checked_at < self.status_ttl_s
             ):
