@@ -28,7 +28,9 @@ def probe_slurm(
     and the coordinator's configured ``budgets`` (per account, in the site's units) are
     echoed in the result, so the snapshot builder reads the allocations' request and answer
     from one dict. ``storage_root``: the site's storage (its Globus collection's path),
-    whose free space is reported (``storage``).
+    whose free space is reported (``storage``). ``sacctmgr_qos``: every QOS with its
+    priority and limits (``sacctmgr show qos``; optional like sshare, and given half the
+    budget at most, since it asks slurmdbd: a site without one records the failure).
 
     The commands run in parallel, sharing one ``timeout_s`` budget. A missing command, a
     non-zero exit or a timeout never raises: it is recorded in that command's entry
@@ -106,6 +108,10 @@ def probe_slurm(
     sshare_argv = ["sshare", "--noheader", "--parsable2"]
     if charged:
         sshare_argv += ["--accounts", ",".join(charged)]
+    # QOS limits live in slurmdbd (sacctmgr asks it, not slurmctld): optional, like sshare,
+    # and held to half the budget so a slurmdbd that does not answer costs at most that
+    qos_fields = ["Name", "Priority", "MaxWall", "MaxTRESPU", "MaxJobsPU", "MaxSubmitPU", "Flags"]
+    qos_argv = ["sacctmgr", "--noheader", "--parsable2", "show", "qos"]
     commands: dict[str, dict[str, object]] = {
         "version": {"argv": ["sinfo", "--version"]},
         "sinfo": {
@@ -130,6 +136,11 @@ def probe_slurm(
                 "fields": sshare_old,
             },
         },
+        "sacctmgr_qos": {
+            "argv": [*qos_argv, "format=" + ",".join(qos_fields)],
+            "fields": qos_fields,
+            "budget_s": max(0.1, float(timeout_s)) / 2,
+        },
     }
 
     # Slurm reads these from the environment: formats, filters (users, partitions, states),
@@ -149,7 +160,7 @@ def probe_slurm(
             return raw
         return raw.decode("utf-8", errors="replace")
 
-    def run(argv: list[str]) -> dict[str, object]:
+    def run(argv: list[str], budget_s: "float | None" = None) -> dict[str, object]:
         entry: dict[str, object] = {
             "argv": argv,
             "rc": None,
@@ -165,6 +176,8 @@ def probe_slurm(
             return entry
         begin = time.monotonic()
         remaining = deadline - begin
+        if budget_s is not None:
+            remaining = min(remaining, t0 + budget_s - begin)
         if remaining <= 0:
             entry["timed_out"] = True
             entry["error"] = f"not started: the probe's {timeout_s:g} s budget was spent"
@@ -203,9 +216,9 @@ def probe_slurm(
     results: dict[str, dict[str, object]] = {}
 
     def worker(name: str, spec: dict[str, object]) -> None:
-        argv = spec["argv"]
+        argv, budget = spec["argv"], spec.get("budget_s")
         assert isinstance(argv, list)
-        entry = run(argv)
+        entry = run(argv, budget if isinstance(budget, float) else None)
         fallback = spec.get("fallback")
         if (
             isinstance(fallback, dict)

@@ -150,6 +150,17 @@ def draft_fields() -> dict[str, Field]:
     }
 
 
+def draft_request_fields() -> dict[str, Field]:
+    """DraftRequest (the service's body): the MCP tool's fields and a proposed envelope."""
+    return {
+        **draft_fields(),
+        "proposal": Field(
+            omit | st.just({"envelope": {"cpus_min": 2, "walltime_s": 600}}),
+            json_values | st.just({"envelope": {"cpus_min": -1}}) | st.just({"source": ""}),
+        ),
+    }
+
+
 def group_fields() -> dict[str, Field]:
     """GroupRequest / MCP submit_group."""
     children = st.deferred(lambda: model_dicts(task_fields()))

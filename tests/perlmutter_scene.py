@@ -1,4 +1,4 @@
-"""NERSC Perlmutter without Slurm: its site folder (``tests/fixtures/sites/perlmutter``), a
+"""NERSC Perlmutter without Slurm: its site folder (``federation/sites_data/perlmutter``), a
 live snapshot of it built as its probe would report one, and a coordinator over it whose
 sites run tasks on threads (:mod:`inprocess`) and whose probe answers that snapshot."""
 
@@ -18,14 +18,14 @@ from federation.core.snapshot import (
     SiteHealth,
     SiteSnapshot,
 )
-from federation.core.spec import SiteSpec, load_site_folder
+from federation.core.spec import PACKAGE_SITES, SiteSpec, load_site_folder
 from federation.interfaces.cli.main import app as cli_app
 from federation.parsing.scontrol import PartitionInfo
 from federation.parsing.snapshot_builder import partition_snapshot
 from federation.runtime.coordinator import Coordinator
 from federation.runtime.telemetry import Telemetry
 
-FIXTURE = Path(__file__).parent / "fixtures" / "sites" / "perlmutter"
+FIXTURE = PACKAGE_SITES / "perlmutter"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 GPU40 = ("gpu", "a100", "hbm40g")
 GPU80 = ("gpu", "a100", "hbm80g")

@@ -84,8 +84,8 @@ def test_allocation_defaults_to_the_users_account_and_none_when_absent() -> None
 
 def test_bad_text_names_the_line() -> None:
     with pytest.raises(ParseError, match="sshare line 2: 3 fields"):
-        parse_sshare_text("root||||0||0||0|\na|b|c\n")
-    with pytest.raises(ParseError, match="RawUsage: expected a number"):
+        parse_sshare_text("root||||0||0.000000||0.000000|\na|b|c\n")
+    with pytest.raises(ParseError, match="RawUsage: expected a whole number"):
         parse_sshare_text(" acct|u|1||lots|||||\n")
 
 

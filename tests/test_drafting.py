@@ -50,8 +50,9 @@ def test_inference_with_model_size_sets_gpu_memory() -> None:
     assert d.envelope.gpus_min == d.envelope.gpus_max == 1
     assert d.envelope.gpu_mem_gb_min == 72
     # 80 GB+ GPUs: anvil ai (h100 80G), deltaai (gh200 120G), vista (gh200 96G); but the
-    # 120 GB host-memory floor (2x the model) rules out Vista's 116 GB nodes
-    assert set(d.validation.feasible) == {"anvil/ai", "deltaai/ghx4"}
+    # 120 GB host-memory floor (2x the model) rules out Vista's 116 GB nodes; Perlmutter's
+    # 80 GB A100 nodes (hbm80g) hold it
+    assert set(d.validation.feasible) == {"anvil/ai", "deltaai/ghx4", "perlmutter/gpu_hbm80g"}
     assert "40 GB per GPU < 72" in d.validation.rejected["delta/gpuA100x4"]
     assert d.validation.rejected["vista/gh"] == "116 GB per node < 120.0 GB needed"
 
@@ -61,7 +62,9 @@ def test_ddp_training_range_and_walltime_from_known_runtime() -> None:
     e = d.envelope
     assert (e.gpus_min, e.gpus_max) == (2, 4)
     assert e.walltime_s == 2040  # 2x 1000 s, rounded up to whole minutes
-    assert d.confidence == 0.6
+    # the class from a keyword (0.6), raised by the two bounds the hints give (of four)
+    assert d.confidence == 0.77
+    assert "cpus, mem_gb" in d.rationale["unstated"]
 
 
 def test_unsatisfiable_bound_and_nearest_alternative() -> None:

@@ -174,7 +174,7 @@ def test_task_profile_full_node(site: str, partition: str) -> None:
         prov = engine.executor.provider
         assert isinstance(prov, SlurmProvider)
         opts = spec.submit_options(p.name)
-        assert prov.partition == p.name
+        assert prov.partition == p.partition  # None: the class names none (Perlmutter)
         assert prov.account == spec.account_for(p.name)
         assert (prov.qos, prov.constraint) == (opts.qos, opts.constraint)
         assert prov.cmd_timeout == spec.slurm_cmd_timeout_s == 60
@@ -229,7 +229,9 @@ def test_task_profile_defaults(site: str) -> None:
         prov = config.engine.executor.provider
         assert isinstance(prov, SlurmProvider)
         assert (prov.nodes_per_block, prov.cores_per_node, prov.mem_per_node) == (1, 1, None)
-        assert prov.walltime == walltime_hms(min(3600, p.max_walltime_s))
+        # the site's default: an hour, or its shortest class limit (Perlmutter's debug)
+        shortest = min(c.max_walltime_s for c in spec.partitions)
+        assert prov.walltime == walltime_hms(min(3600, shortest))
         assert prov.account == spec.account_for(p.name)
         assert "--gres" not in prov.scheduler_options
         assert "--job-name" not in prov.scheduler_options
@@ -252,6 +254,17 @@ def test_engine_settings_from_site_environment(monkeypatch: pytest.MonkeyPatch) 
         assert prov.worker_init.strip() == ""
         assert "#SBATCH --gpus-per-node=2\n" in prov.scheduler_options
         assert "--gres" not in prov.scheduler_options
+
+
+@pytest.mark.parametrize(("cap", "expected"), [("4", 4), ("100", 20), ("0", 20), ("many", 20)])
+def test_the_site_may_cap_a_shapes_blocks(
+    monkeypatch: pytest.MonkeyPatch, cap: str, expected: int
+) -> None:
+    """FEDERATION_MAX_BLOCKS lowers a shape's block bound (Vista gh: its per-user limit
+    of 20), never raises it; 0 or a non-number leaves the class's own bound."""
+    monkeypatch.setenv("FEDERATION_MAX_BLOCKS", cap)
+    rendered = yaml.safe_load(render_user_config(load_site("vista"), {"partition": "gh"}))
+    assert rendered["engine"]["provider"]["max_blocks"] == expected
 
 
 def test_bad_environment_values_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:

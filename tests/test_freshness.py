@@ -92,3 +92,41 @@ def test_no_round_starts_once_closing() -> None:
     rt.closing = True
     fresh.current()
     assert fresh.background_rounds == 0
+
+
+def test_a_round_behind_the_callers_builds_the_twins_before_publishing(
+    monkeypatch: Any,
+) -> None:
+    """The round behind the callers previews the smallest task on its snapshot (the twins of
+    every partition built) before the callers see it; a probe on a caller's path does not
+    (that caller places at once)."""
+    from inprocess import ThreadSite, idle_snapshot
+
+    from federation.core.spec import load_sites
+    from federation.runtime import freshness
+    from federation.runtime.coordinator import Coordinator
+
+    coord = Coordinator([ThreadSite(s) for s in load_sites(["local", "delta"])])
+    specs = [b.spec for b in coord.backends.values()]
+    fresh = idle_snapshot(specs)
+    monkeypatch.setattr(freshness, "probe_sites", lambda backends, timeout_s: list(fresh.sites))
+    seen: list[tuple[Any, Any, bool]] = []  # (envelope, snapshot placed on, still unpublished)
+
+    def place(envelope: Any, sites: Any, snap: FederationSnapshot, **kw: Any) -> None:
+        seen.append((envelope, snap, coord._last_snapshot is None or coord._last_snapshot != snap))
+        assert kw["new_task"] is False  # a preview: no hedge budget earned or spent
+
+    monkeypatch.setattr(freshness, "place", place)
+    probing = coord._probing
+    try:
+        coord._last_snapshot = None
+        probing.probe(["local", "delta"])  # on a caller's path: not warmed
+        assert seen == []
+        coord._last_snapshot = None
+        probing._round(["local", "delta"])  # behind the callers (this thread, for the test)
+        (env, snap, unpublished) = seen[0] if len(seen) == 1 else (None, None, False)
+        assert len(seen) == 1 and env == freshness.WARM_ENVELOPE and unpublished
+        assert {s.site for s in snap.sites} == {"local", "delta"}
+        assert coord._last_snapshot is not None  # published after
+    finally:
+        coord.close()

@@ -39,7 +39,27 @@ PROBES = {
     for p in sorted(FIXTURES.glob("*.json"))
     if "probe" in json.loads(p.read_text())
 }
-COMMANDS = ["sinfo", "squeue", "squeue_start", "scontrol_partition", "version", "sshare"]
+# the recorded probes predate sacctmgr_qos: one of them is given the probe's own answer
+QOS_OUT = Path(__file__).parent / "fixtures" / "sacctmgr_qos" / "written-local-federation-qos.txt"
+PROBES["probetest-qos"] = {
+    **PROBES["probetest-22.05.8"],
+    "sacctmgr_qos": {
+        "argv": ["sacctmgr", "--noheader", "--parsable2", "show", "qos"],
+        "rc": 0,
+        "stdout": QOS_OUT.read_text(),
+        "stderr": "",
+        "fields": ["Name", "Priority", "MaxWall", "MaxTRESPU", "MaxJobsPU", "MaxSubmitPU", "Flags"],
+    },
+}
+COMMANDS = [
+    "sinfo",
+    "squeue",
+    "squeue_start",
+    "scontrol_partition",
+    "version",
+    "sshare",
+    "sacctmgr_qos",
+]
 TOP_KEYS = [
     "probe",
     "format",

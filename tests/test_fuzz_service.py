@@ -32,7 +32,7 @@ from fuzzing import (
     any_bad,
     build_world,
     close_world,
-    draft_fields,
+    draft_request_fields,
     event_kinds,
     group_fields,
     id_field,
@@ -121,7 +121,7 @@ ROUTE_FUZZ: dict[tuple[str, str], Fuzz] = {
         }
     ),
     ("GET", "/v1/functions"): Fuzz(),
-    ("POST", "/v1/envelopes/draft"): Fuzz(body=draft_fields()),
+    ("POST", "/v1/envelopes/draft"): Fuzz(body=draft_request_fields()),
     ("POST", "/v1/tasks"): Fuzz(
         body=task_fields()
         | {

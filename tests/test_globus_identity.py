@@ -473,7 +473,9 @@ def test_two_callers_ship_tasks_and_transfers_with_their_own_tokens(
     _accept(responses.mock)
     _task(responses.mock, "SUCCEEDED", bytes_transferred=10, files_transferred=1)
     moves = [
-        coord.move_data("delta", "runs/in.bin", "anvil", f"in-{p.sub}.bin", caller=p.username)
+        coord.move_data(
+            "delta", "runs/in.bin", "anvil", f"in-{p.sub}.bin", caller=p.username, paths="storage"
+        )
         for p in (alice, bob)
     ]
     for m in moves:

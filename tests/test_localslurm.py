@@ -22,15 +22,28 @@ from federation.localslurm.layout import Layout, Ports
 from federation.localslurm.process import pid_running
 from federation.localslurm.render import render_site, render_slurmdbd
 from federation.localslurm.topology import (
+    DEFAULT_PARTITION,
     ENFORCE_PARTITION_ACCOUNTS,
     ClusterSpec,
     cluster_spec,
+    node_groups,
     node_name,
     site_partition_qos,
     slurm_duration,
 )
 
 SPECS = load_sites()
+
+
+def _layout(spec: SiteSpec) -> dict[str, list[str]]:
+    """Partition -> its node names, as the cluster is laid out from the site's classes: one
+    kind of node per class (classes that name no partition share theirs by hardware and
+    features, in DEFAULT_PARTITION)."""
+    parts: dict[str, list[str]] = {}
+    for g in node_groups(spec):
+        names = [node_name(spec.name, g.cls.name, i) for i in range(1, g.cls.nodes_local + 1)]
+        parts.setdefault(g.partition, []).extend(names)
+    return parts
 
 
 def _conf_lines(text: str, key: str) -> list[dict[str, str]]:
@@ -52,7 +65,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
 
 
 def test_every_site_renders_one_cluster(rendered: dict[str, dict[str, str]]) -> None:
-    assert set(rendered) == {"delta", "deltaai", "anvil", "vista", "local"}
+    assert set(rendered) == {s.name for s in SPECS}
     for site, files in rendered.items():
         conf = files["slurm.conf"]
         assert f"ClusterName={site}\n" in conf
@@ -66,9 +79,12 @@ def test_every_site_renders_one_cluster(rendered: dict[str, dict[str, str]]) -> 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_node_lines_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str, str]]) -> None:
     nodes = _conf_lines(rendered[spec.name]["slurm.conf"], "NodeName")
-    assert len(nodes) == sum(p.nodes_local for p in spec.partitions)
+    groups = node_groups(spec)
+    assert len(nodes) == sum(g.cls.nodes_local for g in groups)
+    assert len(groups) == len(spec.partitions) or spec.name == "perlmutter"  # shared nodes
     by_name = {n["NodeName"]: n for n in nodes}
-    for p in spec.partitions:
+    for g in groups:
+        p = g.cls
         for i in range(1, p.nodes_local + 1):
             node = by_name[node_name(spec.name, p.name, i)]
             assert node["NodeHostname"] == "localhost" and node["NodeAddr"] == "127.0.0.1"
@@ -81,19 +97,29 @@ def test_node_lines_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str
                 assert node["Gres"] == f"gpu:{p.gpu_type}:{p.gpus_per_node}"
             else:
                 assert "Gres" not in node
+    for p in spec.partitions:  # every class's constraint is met by nodes of its partition
+        part = set(_layout(spec)[p.partition or DEFAULT_PARTITION])
+        feats = spec.constraint_features(p.name)
+        fit = [n for n in part if set(feats) <= set(by_name[n]["Features"].split(","))]
+        assert len(fit) >= p.nodes_local, (p.name, feats)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_partitions_match_site_yaml(spec: SiteSpec, rendered: dict[str, dict[str, str]]) -> None:
     parts = _conf_lines(rendered[spec.name]["slurm.conf"], "PartitionName")
-    assert [p["PartitionName"] for p in parts] == [p.name for p in spec.partitions]
-    for line, p in zip(parts, spec.partitions, strict=True):
-        assert line["MaxTime"] == slurm_duration(p.max_walltime_s)
-        assert line["DefMemPerCPU"] == str(p.mem_gb_per_node * 1024 // p.cpus_per_node)
-        assert line["Nodes"].split(",") == [
-            node_name(spec.name, p.name, i) for i in range(1, p.nodes_local + 1)
-        ]
+    layout = _layout(spec)
+    assert [p["PartitionName"] for p in parts] == list(layout)
+    for line in parts:
+        name = line["PartitionName"]
+        classes = [p for p in spec.partitions if (p.partition or DEFAULT_PARTITION) == name]
+        assert line["MaxTime"] == slurm_duration(max(p.max_walltime_s for p in classes))
+        assert line["DefMemPerCPU"] == str(
+            min(p.mem_gb_per_node * 1024 // p.cpus_per_node for p in classes)
+        )
+        assert line["Nodes"].split(",") == layout[name]
     assert [p["Default"] for p in parts].count("YES") == 1
+    if DEFAULT_PARTITION in layout:  # jobs that name no partition land there
+        assert next(p for p in parts if p["Default"] == "YES")["PartitionName"] == DEFAULT_PARTITION
     restricted = ENFORCE_PARTITION_ACCOUNTS and len(spec.accounts) > 1
     assert all(("AllowAccounts" in line) is restricted for line in parts)
 
@@ -110,8 +136,11 @@ def test_partition_accounts_when_enforced(spec: SiteSpec, tmp_path: Path) -> Non
     cluster = cluster_spec(spec, Ports(), enforce_partition_accounts=True)
     conf = render_site(cluster, Layout.for_home(tmp_path), Ports(), "tester")["slurm.conf"]
     for line in _conf_lines(conf, "PartitionName"):
+        name = line["PartitionName"]
+        classes = [p for p in spec.partitions if (p.partition or DEFAULT_PARTITION) == name]
         if len(spec.accounts) > 1:  # Delta: -cpu on cpu, -gpu on the GPU partitions
-            assert line["AllowAccounts"] == spec.account_for(line["PartitionName"]).lower()
+            want = sorted({spec.account_for(p.name).lower() for p in classes})
+            assert line["AllowAccounts"].split(",") == want
         else:  # one account: association enforcement alone refuses any other
             assert "AllowAccounts" not in line
 
@@ -124,24 +153,21 @@ def _register(
     assocs: set[tuple[str, str]],
     names: set[str],
     user_assocs: dict[tuple[str, str], str],
-    qos: dict[str, tuple[int | None, int | None]] | None = None,
+    qos: dict[str, tuple[int | None, int | None, int | None, bool]] | None = None,
 ) -> list[list[list[str]]]:
     """The sacctmgr writes ``register`` makes, step by step, against slurmdbd holding
     ``clusters``, account ``assocs`` and account records ``names``, with the user's
     associations ``user_assocs`` ((cluster, account) -> default account) and the QOS
     ``qos`` (name -> per-user limits; default: every partition QOS, as the sites set it)."""
     if qos is None:
-        qos = {
-            q.name: (q.max_jobs_per_user, q.max_submit_jobs_per_user)
-            for s in sites
-            for q in site_partition_qos(s)
-        }
+        qos = {q.name: q.limits for s in sites for q in site_partition_qos(s)}
     ran: list[list[list[str]]] = []
     monkeypatch.setattr(accounts, "_qos_limits", lambda env: dict(qos))
     monkeypatch.setattr(accounts, "_clusters", lambda env: clusters)
     monkeypatch.setattr(accounts, "_accounts", lambda env: set(assocs))
     monkeypatch.setattr(accounts, "_account_names", lambda env: names)
-    monkeypatch.setattr(accounts, "_user_assocs", lambda env, user: dict(user_assocs))
+    with_qos = {k: (v, {"normal"}) for k, v in user_assocs.items()}
+    monkeypatch.setattr(accounts, "_user_assocs", lambda env, user: dict(with_qos))
     monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
     accounts.register(sites, "me", {})
     return ran
@@ -215,10 +241,10 @@ def test_gres_conf_gives_every_gpu_a_device_file(
 ) -> None:
     gres = _conf_lines(rendered[spec.name]["gres.conf"], "NodeName")
     gpu_nodes = {
-        node_name(spec.name, p.name, i): p
-        for p in spec.partitions
-        if p.gpu_type
-        for i in range(1, p.nodes_local + 1)
+        node_name(spec.name, g.cls.name, i): g.cls
+        for g in node_groups(spec)
+        if g.cls.gpu_type
+        for i in range(1, g.cls.nodes_local + 1)
     }
     assert {g["NodeName"] for g in gres} == set(gpu_nodes)
     for g in gres:
@@ -384,7 +410,7 @@ def test_sinfo_partitions_and_nodes(fed: LocalFederation, spec: SiteSpec) -> Non
     for line in out.split():
         part, n, _limit = line.split("|")
         counts[part] = counts.get(part, 0) + int(n)
-    assert counts == {p.name: p.nodes_local for p in spec.partitions}
+    assert counts == {part: len(nodes) for part, nodes in _layout(spec).items()}
 
 
 @pytest.mark.slurm
@@ -460,9 +486,13 @@ def test_every_partition_takes_its_own_account(
 ) -> None:
     for p in spec.partitions:
         opts = spec.submit_options(p.name)
-        args = [f"--partition={p.name}", f"--account={opts.account}", "--hold", "--time=1"]
+        args = [f"--account={opts.account}", "--hold", "--time=1"]
+        if opts.partition:  # a class that names none goes to the default (Perlmutter)
+            args.append(f"--partition={opts.partition}")
         if opts.constraint:
             args.append(f"--constraint={opts.constraint}")
+        if opts.qos:
+            args.append(f"--qos={opts.qos}")
         if p.gpus_per_node and opts.gpu_request == "gpus-per-node":
             args.append(f"--gpus-per-node={p.gpus_per_node}")
         _sbatch(fed, spec.name, [*args, "--output=/dev/null", "--wrap", "true"], jobs)

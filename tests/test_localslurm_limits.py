@@ -24,7 +24,12 @@ from federation.localslurm import LocalFederation, accounts
 from federation.localslurm.layout import Layout, Ports
 from federation.localslurm.mariadb import data_dir
 from federation.localslurm.render import render_site
-from federation.localslurm.topology import PartitionQos, cluster_spec, site_partition_qos
+from federation.localslurm.topology import (
+    PartitionQos,
+    cluster_spec,
+    site_class_qos,
+    site_partition_qos,
+)
 
 SPECS = load_sites()
 LIMITED = [
@@ -86,7 +91,9 @@ def test_rendered_partitions_name_their_qos(spec: SiteSpec, tmp_path: Path) -> N
     lines = _partition_lines(conf)
     by_name = {q.name: q for q in cluster.partition_qos}
     for p in spec.partitions:
-        qos = lines[p.name].get("QOS")
+        if p.partition is None:  # a class in the default partition: its QOS is its own
+            continue
+        qos = lines[p.partition].get("QOS")
         if p.max_running_jobs_per_user is None and p.max_submitted_jobs_per_user is None:
             assert qos is None, f"{spec.name} {p.name} has no limits but QOS={qos}"
             continue
@@ -106,7 +113,9 @@ def test_vista_gh_renders_its_limits(tmp_path: Path) -> None:
 def test_qos_limit_words() -> None:
     q = PartitionQos(name="x-p", max_jobs_per_user=5)
     assert q.sacctmgr_limits() == ["MaxJobsPerUser=5"]
-    assert q.sacctmgr_limits("-1") == ["MaxJobsPerUser=5", "MaxSubmitJobsPerUser=-1"]
+    assert q.sacctmgr_limits("-1") == ["MaxJobsPerUser=5", "MaxSubmitJobsPerUser=-1", "MaxWall=-1"]
+    debug = PartitionQos(name="debug", max_wall_s=1800)  # a walltime limit is refused over
+    assert debug.sacctmgr_limits() == ["MaxWall=0-00:30:00", "Flags=DenyOnLimit"]
 
 
 def _qos_steps(
@@ -115,7 +124,12 @@ def _qos_steps(
     existing: Mapping[str, tuple[int | None, int | None]],
 ) -> list[list[list[str]]]:
     """The sacctmgr writes ``register`` makes when accounts and users are all in place and
-    slurmdbd holds the QOS ``existing``."""
+    slurmdbd holds the QOS ``existing`` (per QOS, its per-user limits) and every class QOS
+    as the sites set it, on the user's associations."""
+    held: dict[str, tuple[int | None, int | None, int | None, bool]]
+    held = {n: (*v, None, False) for n, v in existing.items()}
+    held |= {q.name: q.limits for s in sites for q in site_class_qos(s)}
+    qos_of = {s.name: {"normal", *(q.name for q in site_class_qos(s))} for s in sites}
     ran: list[list[list[str]]] = []
     names = {a.lower() for s in sites for a in s.accounts}
     monkeypatch.setattr(accounts, "_clusters", lambda env: {s.name for s in sites})
@@ -127,10 +141,12 @@ def _qos_steps(
         accounts,
         "_user_assocs",
         lambda env, user: {
-            (s.name, a.lower()): s.default_account.lower() for s in sites for a in s.accounts
+            (s.name, a.lower()): (s.default_account.lower(), qos_of[s.name])
+            for s in sites
+            for a in s.accounts
         },
     )
-    monkeypatch.setattr(accounts, "_qos_limits", lambda env: dict(existing))
+    monkeypatch.setattr(accounts, "_qos_limits", lambda env: dict(held))
     monkeypatch.setattr(accounts, "_each", lambda cmds, env: ran.append(cmds))
     accounts.register(sites, "me", {})
     return ran
@@ -150,7 +166,7 @@ def test_register_adds_the_missing_partition_qos(monkeypatch: pytest.MonkeyPatch
 def test_register_corrects_changed_limits_only(monkeypatch: pytest.MonkeyPatch) -> None:
     existing = {"vista-gh": (20, 40), "vista-gh-dev": (1, None), "vista-gg": (10, 40)}
     ran = _qos_steps(monkeypatch, [load_site("vista")], existing)
-    set_ = ["MaxJobsPerUser=20", "MaxSubmitJobsPerUser=40"]
+    set_ = ["MaxJobsPerUser=20", "MaxSubmitJobsPerUser=40", "MaxWall=-1"]
     assert ran == [
         [
             ["modify", "qos", "where", "name=vista-gg", "set", *set_],
@@ -162,6 +178,7 @@ def test_register_corrects_changed_limits_only(monkeypatch: pytest.MonkeyPatch) 
                 "set",
                 "MaxJobsPerUser=1",
                 "MaxSubmitJobsPerUser=3",
+                "MaxWall=-1",
             ],
         ]
     ]

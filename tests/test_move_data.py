@@ -49,6 +49,7 @@ def test_move_data_between_local_sites(tmp_path: Path) -> None:
         "ds/in.bin",
         "delta",
         "inputs/in.bin",
+        paths="storage",
         label="inputs",
         on_event=lambda e: seen.append(e.kind),
     )
@@ -78,11 +79,11 @@ def test_move_data_between_local_sites(tmp_path: Path) -> None:
 def test_move_data_refuses_unknown_sites_and_escapes(tmp_path: Path) -> None:
     coord = _coordinator(tmp_path / "fed")
     with pytest.raises(UnknownSiteError) as err:
-        coord.move_data("anvil", "x", "summit", "x")
+        coord.move_data("anvil", "x", "summit", "x", paths="storage")
     for name in site_names():
         assert name in str(err.value)
     with pytest.raises(TransferPathError):
-        coord.move_data("anvil", "../../../../etc/passwd", "delta", "x")
+        coord.move_data("anvil", "../../../../etc/passwd", "delta", "x", paths="storage")
     assert coord.store is not None and coord.store.transfers() == []
 
 
@@ -93,7 +94,9 @@ def test_move_data_without_a_store_uses_federation_home(
     src = tmp_path / "storage" / "local" / "a.txt"
     src.parent.mkdir(parents=True)
     src.write_text("hello")
-    h = Coordinator([]).move_data("local", "a.txt", "vista", "b.txt", sync_level="size")
+    h = Coordinator([]).move_data(
+        "local", "a.txt", "vista", "b.txt", sync_level="size", paths="storage"
+    )
     assert h.wait(60) and h.state == "succeeded"
     assert (tmp_path / "storage" / "vista" / "b.txt").read_text() == "hello"
 
@@ -113,7 +116,7 @@ def test_coordinator_recover_finishes_an_interrupted_transfer(tmp_path: Path) ->
         (src / f"part{i}").parent.mkdir(parents=True, exist_ok=True)
         (src / f"part{i}").write_bytes(os.urandom(4096))
     killed = _coordinator(home, transfer_backends=_StoppedBeforeCopying(site_names(), home))
-    h = killed.move_data("anvil", "ds", "delta", "ds")
+    h = killed.move_data("anvil", "ds", "delta", "ds", paths="storage")
     assert not h.done
 
     again = _coordinator(home)  # a new process over the same state database
@@ -157,7 +160,7 @@ def test_same_call_over_globus_is_a_configuration_change(tmp_path: Path) -> None
             json={"status": "SUCCEEDED", "bytes_transferred": 4, "files_transferred": 1},
         ).add(requests_mock=rsps)
         coord = _coordinator(tmp_path, transfer_backends=backend)
-        h = coord.move_data("anvil", "file1.txt", "delta", "file1.txt")
+        h = coord.move_data("anvil", "file1.txt", "delta", "file1.txt", paths="storage")
         assert h.wait(30)
         coord.close()
     assert h.as_dict()["globus_task_id"] == task_id and h.as_dict()["backend"] == "globus"

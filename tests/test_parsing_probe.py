@@ -250,7 +250,7 @@ def test_garbage_probe_names_the_line() -> None:
         (
             "sinfo",
             lambda s: s.replace("64000", "64GB", 1),
-            r"sinfo line 8 Memory: expected an integer, got '64GB'",
+            r"sinfo line 8: Memory: expected a whole number, got '64GB'",
         ),
         ("sinfo", lambda s: s.replace("4/4/0/8", "4/4/8", 1), "sinfo line 1: CPUsState '4/4/8'"),
         (

@@ -75,7 +75,7 @@ def test_sacct_p_output_cut_mid_last_line() -> None:
     assert table.columns[:3] == ["Account", "UID", "JobID"] and len(table.columns) == 7
     assert len(table.rows) == 1943 and table.skipped == 1
     assert table.warnings == [
-        f"line 1945: no trailing '|': line cut short: {text.splitlines()[-1]!r}"
+        f"line 1945: output ends without a newline: last line cut short: {text.splitlines()[-1]!r}"
     ]
     assert table.line_numbers[:2] == [2, 3] and table.line_of(1942) == 1944
 
@@ -216,6 +216,7 @@ def test_default_squeue_name_with_space_and_multibyte() -> None:
         ["14040003", "epyc", "日本語の名前", "bob", "R", "2:00", "1", "a019"],
     ]
     raw = b"\n".join([render_default_bytes(HEADER)] + [render_default_bytes(r) for r in rows])
+    raw += b"\n"
     assert b" donn\xc3\xa9es " in raw and b" \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa " in raw
     table = parse_format_output(raw, SQUEUE_DEFAULT_FORMAT)
     assert table.skipped == 0
@@ -335,7 +336,12 @@ def _summary(k: int) -> str:
 
 
 def test_sacct_warnings_are_capped_with_a_summary() -> None:
-    body = SACCT_LINES[1:] * 10  # 19,440 rows; every other one cut short
+    body = [  # 19,440 rows, each job id once (a repeated row is a duplicate); every other
+        # one cut short
+        "|".join([*f[:2], f"{k}{f[2]}", *f[3:]])
+        for k in range(10)
+        for f in (ln.split("|") for ln in SACCT_LINES[1:])
+    ]
     damaged = [ln if i % 2 else ln[:-2] for i, ln in enumerate(body)]
     warnings: list[str] = []
     recs = parse_sacct_parsable(_text([SACCT_LINES[0], *damaged]), warnings=warnings)

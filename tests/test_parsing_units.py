@@ -371,12 +371,14 @@ NODE_TEXT = """NodeName=n1 Arch=x86_64 CoresPerSocket=16
 
 NodeName=n2 Arch=x86_64
    CPUAlloc=0 CPUTot=32
+   AvailableFeatures=(null)
    Gres=(null)
    RealMemory=256000 AllocMem=0
    State=IDLE
    Partitions=cpu
    AllocTRES=
    Reason=
+
 """
 
 
@@ -411,7 +413,8 @@ def test_scontrol_one_liner_partition() -> None:
         "PartitionName=gpu AllowGroups=ALL Default=NO MaxTime=2-00:00:00 DefaultTime=01:00:00 "
         "Nodes=g[01-04] State=DRAIN TotalCPUs=256 TotalNodes=4 "
         "TRES=cpu=256,mem=2000G,node=4,gres/gpu=16,gres/gpu:h100=16\n"
-        "PartitionName=big MaxTime=UNLIMITED Nodes=(null) State=UP TotalNodes=0 TRES=cpu=0\n"
+        "PartitionName=big MaxTime=UNLIMITED Nodes=(null) State=UP TotalCPUs=0 TotalNodes=0 "
+        "TRES=cpu=0\n"
     )
     gpu, big = parse_scontrol_partitions(text)
     assert (gpu.name, gpu.state, gpu.max_time_s, gpu.default_time_s) == (

@@ -68,10 +68,16 @@ def _submit_then_kill(home: Path, path: str, args: list[str], after_s: float) ->
 
 
 @pytest.mark.crash
+@pytest.mark.paths("embedded")
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_mid_run_then_restart_accounts_for_every_task(
     local_federation: Any, tmp_path: Path, path: str
 ) -> None:
+    """On the embedded path only: what is checked here (each task completed once, new
+    work on the same task group) is the coordinator's recovery from its store; the cloud
+    path's own way back (re-attaching through the service's task group) is checked by
+    ``test_sigkill_with_tasks_on_three_sites_reattaches_every_site`` and the group test
+    below, and both paths' exactly-once by ``test_crash_points.py``."""
     home = local_federation.home
     LocalSites(home=home).up()
     _fresh_db(home)
@@ -149,10 +155,14 @@ def test_sigkill_with_tasks_on_three_sites_reattaches_every_site(
 
 
 @pytest.mark.crash
+@pytest.mark.paths("cloud")
 @pytest.mark.parametrize("path", ["embedded", "cloud"])
 def test_sigkill_during_a_group_then_restart_reattaches_the_group(
     local_federation: Any, tmp_path: Path, path: str
 ) -> None:
+    """On the cloud path only (what a real deployment has): the group's re-attach is the
+    coordinator's, from its store, the same on either path; the embedded path's recovery
+    is checked by ``test_sigkill_mid_run_then_restart_accounts_for_every_task``."""
     home = local_federation.home
     LocalSites(home=home).up()
     db = _fresh_db(home)

@@ -1,5 +1,5 @@
 """Node classes chosen by constraint and QOS, not by partition: NERSC Perlmutter as a site
-folder (``tests/fixtures/sites/perlmutter``), placement over a hand-built live snapshot of
+folder (``federation/sites_data/perlmutter``), placement over a hand-built live snapshot of
 it, and the Slurm options its jobs would carry, read off the endpoint's own template and
 provider. No Slurm: the snapshot is built here as a probe would report it.
 """

@@ -104,7 +104,7 @@ def test_offline_endpoint_queues_then_delivers_in_order(daemons: EndpointDaemons
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         daemons.start(SITE, BEAT)  # the endpoint comes back: the queue is delivered
-        assert [f.result(timeout=60) for f in futs] == [9, 16, 25]
+        assert [f.result(timeout=180) for f in futs] == [9, 16, 25]  # cold engine
         stop.set()
         watcher.join(5)
         assert client.get_endpoint_status(EID)["status"] == "online"
@@ -263,11 +263,11 @@ def test_results_over_the_limit_fail_as_the_real_system_fails_them(
         worker_refused = ex.submit(big_result, 11_000_000)
         service_refused = ex.submit(big_result, 7_550_000)
         fine = ex.submit(big_result, 1000)
-        assert fine.result(timeout=60) == "x" * 1000
+        assert fine.result(timeout=180) == "x" * 1000
         with pytest.raises(TaskExecutionFailed, match=r"MaxResultSizeExceeded\(\d+, 10485760"):
-            worker_refused.result(timeout=60)
+            worker_refused.result(timeout=180)
         with pytest.raises(TaskExecutionFailed, match=f"limit of {PAYLOAD_LIMIT_BYTES}B"):
-            service_refused.result(timeout=60)
+            service_refused.result(timeout=180)
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
         svc.close()
@@ -288,7 +288,7 @@ def test_strict_service_has_no_cancel_no_start_news_no_adoption(
     _e_client, e_ex = make_executor(embedded)
     try:
         s_fut, e_fut = s_ex.submit(square, 6), e_ex.submit(square, 7)
-        assert (s_fut.result(timeout=60), e_fut.result(timeout=60)) == (36, 49)
+        assert (s_fut.result(timeout=180), e_fut.result(timeout=180)) == (36, 49)  # cold engines
         tid = str(s_fut.task_id)
         wait_for(lambda: heard["embedded"] == [e_fut.task_id], 10, "the embedded start news")
         assert heard["strict"] == []  # the daemon announced both starts; strict kept quiet
@@ -373,7 +373,7 @@ def test_a_restarted_service_still_delivers_what_it_accepted(
     ex2 = second.executor(EID, client2, user_endpoint_config=PROBE, task_group_id=tg)
     try:
         (fut,) = [f for f in ex2.reload_tasks() if str(f.task_id) == tid]
-        assert fut.result(timeout=60) == 49
+        assert fut.result(timeout=180) == 49  # a first result: a cold engine on a loaded machine
         with sqlite3.connect(daemons.run_dir(SITE) / "tasks.db") as db:
             assert [r[0] for r in db.execute("SELECT task_id FROM tasks")] == [tid]  # once
     finally:

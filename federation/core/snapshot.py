@@ -76,9 +76,10 @@ def derived(obj: Frozen) -> dict[Hashable, Any]:
         return hit[1]
     cache: dict[Hashable, Any] = {}
 
-    def forget(ref: weakref.ref[Any]) -> None:  # the object is gone: drop its entry
-        if (cur := _DERIVED.get(key)) is not None and cur[0] is ref:
-            _DERIVED.pop(key, None)
+    # the table is bound now: at interpreter exit the module's globals may already be None
+    def forget(ref: weakref.ref[Any], table: dict[int, Any] = _DERIVED) -> None:
+        if (cur := table.get(key)) is not None and cur[0] is ref:  # the object is gone
+            table.pop(key, None)
 
     _DERIVED[key] = (weakref.ref(obj, forget), cache)
     return cache
@@ -256,6 +257,28 @@ class SiteStorage(Frozen):
     error: str | None = None
 
 
+class QosLimits(Frozen):
+    """One QOS as slurmdbd holds it (``sacctmgr show qos``): its priority and the limits a
+    job under it meets. None: no limit set."""
+
+    name: str
+    priority: int | None = Field(default=None, ge=0)
+    max_wall_s: int | None = Field(default=None, ge=0)
+    """Longest walltime one job may ask (``MaxWall``)."""
+    max_jobs_per_user: int | None = Field(default=None, ge=0)
+    """Jobs one user may have running at once (``MaxJobsPU``); more pend."""
+    max_submit_per_user: int | None = Field(default=None, ge=0)
+    """Jobs one user may have running and pending (``MaxSubmitPU``); sbatch refuses more."""
+    max_tres_per_user: dict[str, str] = Field(default_factory=dict)
+    """TRES one user may hold at once (``MaxTRESPU``: ``cpu=128,gres/gpu=4``), as printed."""
+    flags: tuple[str, ...] = ()
+    """``DenyOnLimit``: a job over a limit is refused at submission, not left pending."""
+
+    @property
+    def deny_on_limit(self) -> bool:
+        return "DenyOnLimit" in self.flags
+
+
 class SiteSnapshot(Frozen):
     """One site at one moment: partitions, nodes, queue and health."""
 
@@ -271,6 +294,9 @@ class SiteSnapshot(Frozen):
     account's first, when probed."""
     storage: SiteStorage | None = None
     """The site's storage and its free space, when the probe was told where it is."""
+    qos_limits: tuple[QosLimits, ...] | None = None
+    """Every QOS slurmdbd lists with its live limits (``sacctmgr show qos``); None: not
+    known (no ``sacctmgr`` there, it failed, or the probe predates it)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -303,6 +329,12 @@ class SiteSnapshot(Frozen):
         if any(a.partitions for a in self.allocations):
             return None
         return self.allocation
+
+    def qos(self, name: str) -> QosLimits | None:
+        """The live limits of QOS ``name`` (Slurm's QOS names are case-insensitive); None
+        when the site's QOS are not known or it has none by that name."""
+        key = name.lower()
+        return next((q for q in self.qos_limits or () if q.name.lower() == key), None)
 
     def partition(self, name: str) -> PartitionSnapshot | None:
         """The first partition named ``name`` (an index built once per snapshot)."""

@@ -35,9 +35,11 @@ on-site agent could; the Globus service does not). ``cloud``: exactly what a dep
 on real endpoints has, through the strict stand-in of the Globus Compute service:
 :class:`~federation.sites.cloud.CloudSite` with its endpoint-status, Python and payload
 checks, starts read from the tasks' claims, withdrawal by claiming first."""
-JOB_CHECK_S = 3.0
+JOB_CHECK_S = 6.0
 """The local sites' interval between looks at the tasks' claims (real sites: 60 s by
-default); each look is a request to the service, which allows 20 per 10 s per identity."""
+default); each look is a request to the service, which allows 20 per 10 s per identity
+(six sites looking every 3 s took the whole budget: a probe or submission then met a 429
+and its 10-s wait)."""
 
 
 def default_path() -> str:

@@ -132,6 +132,9 @@ class EndpointDaemons:
             "FEDERATION_HEARTBEAT_PERIOD_S": "10",
             "FEDERATION_HEARTBEAT_THRESHOLD_S": "45",
         }
+        # the emulated nodes share this machine: a fan-out of tiny calls opens at most 4
+        # blocks per shape (32 worker pools starting at once took a 2-core machine ~50 s)
+        env.setdefault("FEDERATION_MAX_BLOCKS", "4")
         # the endpoint's heartbeat (5 s, not 30) and so its user endpoint processes' idle
         # lives: 24 beats (2 min) after their last task (a site's default: 5 min), and 25
         # with tasks outstanding but none moving (a site's default is 48 h), after which a

@@ -281,14 +281,14 @@ def _report(
         "observed in job",
     ):
         table.add_column(col)
-    ok = True
+    problems: list[str] = []  # each failed check, named in the last line
     sites_used = set()
     for h, (label, _task, _env) in zip(handles, plan, strict=True):
         if not h.done:
             table.add_row(
                 label, f"{h.site}/{h.partition}", f"[red]{h.state} (timeout)[/red]", "", "", "", ""
             )
-            ok = False
+            problems.append(f"{label} not done in time ({h.state})")
             continue
         r = coord.get_result(h)
         granted = f"{r.shape.cpus} CPU, {r.shape.mem_gb} GB, {r.shape.gpus} GPU"
@@ -300,20 +300,27 @@ def _report(
             # request, so the local job shows what Slurm defaults to there
             how = coord.backends[r.site].spec.submit_options(r.partition)
             match = (
-                v["partition"] == r.partition
+                # a class with no partition runs in the site's default one (Perlmutter)
+                (how.partition is None or v["partition"] == how.partition)
                 and v["cpus"] == r.shape.cpus
                 and (how.gpu_request != "gpus-per-node" or v["gpus"] == r.shape.gpus)
                 and (how.mem_request != "allowed" or v["mem_gb"] == float(r.shape.mem_gb))
             )
-            ok &= match
+            if not match:
+                problems.append(f"{label}: the job saw another shape than granted")
             observed += " [green]ok[/green]" if match else " [red]MISMATCH[/red]"
         elif r.stdout is not None:
             observed = r.stdout.strip()
         expected_fail = label == "bad-input"
         status = r.status if not expected_fail else f"{r.status} (expected)"
-        ok &= (r.status == "failed") == expected_fail
-        if expected_fail and r.status == "failed":
-            ok &= "input file has 0 rows" in r.remote_traceback
+        if (r.status == "failed") != expected_fail:
+            problems.append(f"{label} {r.status}" + ("" if expected_fail else f": {r.error}"))
+        if (
+            expected_fail
+            and r.status == "failed"
+            and "input file has 0 rows" not in r.remote_traceback
+        ):
+            problems.append(f"{label}: the remote traceback lacks the raised message")
         wait = f"{r.queue_wait_s:.1f} s" if r.queue_wait_s is not None else "-"
         table.add_row(
             label, f"{r.site}/{r.partition}", status, r.slurm_job_id or "-", wait, granted, observed
@@ -340,10 +347,12 @@ def _report(
         console.print(
             f"No task went to a partition the background load filled ({', '.join(sorted(filled))})"
         )
-    ok &= not into_full
+    if into_full:
+        problems.append("a task went to a filled partition")
     console.print(
         "[bold green]Round complete: every check passed[/bold green]"
-        if ok
-        else "[bold red]Round finished with problems (see above)[/bold red]"
+        if not problems
+        else f"[bold red]Round finished with problems: {'; '.join(problems)}[/bold red]",
+        highlight=False,
     )
-    return 0 if ok else 1
+    return 0 if not problems else 1

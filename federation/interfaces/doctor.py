@@ -239,7 +239,7 @@ class Doctor:
         path = site_storage(name, getattr(backend, "home", None) or home) / src
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("federation doctor\n")
-        h = self.coord.move_data(name, src, name, src + ".copy")
+        h = self.coord.move_data(name, src, name, src + ".copy", paths="storage")
         if not h.wait(60) or h.state != "succeeded":
             record("transfer", "fail", f"a small copy did not succeed: {h.state} {h.error}", t0)
             return

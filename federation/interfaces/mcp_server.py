@@ -23,12 +23,14 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.resolve import Resolve
 from mcp.types import ToolAnnotations
 from pydantic import Field, JsonValue, ValidationError
 
 from federation.core.envelope import ResourceEnvelope
 from federation.core.snapshot import FederationSnapshot
 from federation.core.workspace import PathBase
+from federation.interfaces.mcp_sampling import ask_client_model, proposal_from
 from federation.interfaces.mcp_strict import StrictMCPServer, argument_errors, bad_arguments
 from federation.interfaces.mcp_text import GROUP_HINT, INSTRUCTIONS, TASK_HINT, TRANSFER_HINT
 from federation.interfaces.service.errors import OpsError
@@ -50,7 +52,7 @@ from federation.interfaces.service.models import (
 )
 from federation.interfaces.service.ops import Operations
 from federation.interfaces.snapshot_cache import FederationView, SnapshotKeeper
-from federation.placement.drafting import EnvelopeDraft, TaskHints
+from federation.placement.drafting import EnvelopeDraft, Proposal, TaskHints
 from federation.runtime.catalog import FunctionInfo
 from federation.runtime.events import EventKind
 
@@ -211,7 +213,10 @@ def build_server(
             "described in words, plus optional hints, validated against the sites. Returns "
             "the envelope, its rationale and confidence, and a validation: which "
             "site/partitions can host it, why the others cannot, and (if none can) the "
-            "bound to relax and the nearest feasible envelope. Nothing is submitted."
+            "bound to relax and the nearest feasible envelope. Nothing is submitted. Numbers "
+            "the description states (cores, nodes, GPUs with type and memory, RAM, duration, "
+            "'CPU only') are used as stated. A client that offers sampling is asked for the "
+            "draft by its own model, validated the same way (`drafted_by` says who drafted it)."
         ),
     )
     async def draft_envelope(
@@ -221,11 +226,17 @@ def build_server(
         hints: Annotated[
             TaskHints | None, Field(description="what you know beyond the description")
         ] = None,
+        sampled: Annotated[object, Resolve(ask_client_model)] = None,
     ) -> EnvelopeDraft:
         ops = await get_ops()
-        draft: EnvelopeDraft = await _run(
-            ops.draft, DraftRequest(description=description, hints=hints)
-        )
+        proposal = proposal_from(sampled)  # type: ignore[arg-type]
+        req = DraftRequest(description=description, hints=hints)
+        if isinstance(proposal, Proposal):
+            req = req.model_copy(update={"proposal": proposal})
+        draft: EnvelopeDraft = await _run(ops.draft, req)
+        if isinstance(proposal, str):
+            why = {"drafted_by": f"rules: {proposal}"}
+            draft = draft.model_copy(update={"rationale": draft.rationale | why})
         return draft
 
     @mcp.tool(

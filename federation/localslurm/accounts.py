@@ -17,7 +17,10 @@ and added again. The reads run in parallel (~0.2 s each on loopback).
 Each partition QOS (``topology.site_partition_qos``: the site's per-user job limits, e.g.
 ``vista-gh`` with ``MaxJobsPerUser=20 MaxSubmitJobsPerUser=40``) is added if missing and
 modified if its limits differ, before any slurmctld whose slurm.conf names it starts. A QOS
-a partition no longer has is left in slurmdbd, unused.
+a partition no longer has is left in slurmdbd, unused. So is each QOS a site's classes name
+(``topology.site_class_qos``: Perlmutter's ``regular``, ``debug`` with ``MaxWall=30:00``),
+which is also added to the user's associations on that site's cluster (``qos+=``), as
+``AccountingStorageEnforce=qos`` refuses a job under a QOS its association lacks.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from federation.core.spec import SiteSpec
 from federation.localslurm.binaries import which
 from federation.localslurm.commands import check_slurm
 from federation.localslurm.errors import SlurmCommandError
-from federation.localslurm.topology import PartitionQos, site_partition_qos
+from federation.localslurm.topology import PartitionQos, site_class_qos, site_partition_qos
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +48,9 @@ def _clusters(env: Mapping[str, str]) -> set[str]:
     return {line.strip() for line in out.splitlines() if line.strip()}
 
 
-def _user_assocs(env: Mapping[str, str], user: str) -> dict[tuple[str, str], str]:
-    """(cluster, account) -> the user's default account on that cluster."""
+def _user_assocs(env: Mapping[str, str], user: str) -> dict[tuple[str, str], tuple[str, set[str]]]:
+    """(cluster, account) -> the user's default account on that cluster and the QOS the
+    association may use."""
     out = check_slurm(
         [
             "sacctmgr",
@@ -56,12 +60,16 @@ def _user_assocs(env: Mapping[str, str], user: str) -> dict[tuple[str, str], str
             "withassoc",
             "where",
             f"name={user}",
-            "format=cluster,account,defaultaccount",
+            "format=cluster,account,defaultaccount,qos",
         ],
         env,
     ).stdout
     rows = (line.split("|") for line in out.splitlines() if line.strip())
-    return {(r[0], r[1].lower()): r[2].lower() for r in rows if len(r) >= 3}
+    return {
+        (r[0], r[1].lower()): (r[2].lower(), {q.lower() for q in r[3].split(",") if q})
+        for r in rows
+        if len(r) >= 4
+    }
 
 
 def _accounts(env: Mapping[str, str]) -> set[tuple[str, str]]:
@@ -79,31 +87,59 @@ def _account_names(env: Mapping[str, str]) -> set[str]:
     return {line.strip().lower() for line in out.splitlines() if line.strip()}
 
 
-def _qos_limits(env: Mapping[str, str]) -> dict[str, tuple[int | None, int | None]]:
-    """QOS name -> its (MaxJobsPerUser, MaxSubmitJobsPerUser); None where unset."""
+Limits = tuple[int | None, int | None, int | None, bool]
+
+
+def wall_seconds(text: str) -> int | None:
+    """Slurm's ``[D-][HH:]MM:SS`` as seconds (None for empty)."""
+    if not text.strip():
+        return None
+    days, _, clock = text.strip().rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, sec = parts
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def _qos_limits(env: Mapping[str, str]) -> dict[str, Limits]:
+    """QOS name -> its (MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall s, DenyOnLimit);
+    None where unset."""
     out = check_slurm(
-        ["sacctmgr", "-nP", "show", "qos", "format=name,maxjobspu,maxsubmitpu"], env
+        ["sacctmgr", "-nP", "show", "qos", "format=name,maxjobspu,maxsubmitpu,maxwall,flags"],
+        env,
     ).stdout
     rows = (line.split("|") for line in out.splitlines() if line.strip())
     return {
-        r[0].lower(): (int(r[1]) if r[1] else None, int(r[2]) if r[2] else None)
+        r[0].lower(): (
+            int(r[1]) if r[1] else None,
+            int(r[2]) if r[2] else None,
+            wall_seconds(r[3]),
+            "DenyOnLimit" in r[4].split(","),
+        )
         for r in rows
-        if len(r) >= 3
+        if len(r) >= 5
     }
 
 
-def _qos_commands(
-    sites: Sequence[SiteSpec], existing: Mapping[str, tuple[int | None, int | None]]
-) -> list[list[str]]:
-    """``add qos`` for each partition QOS slurmdbd lacks, ``modify qos`` for one whose
-    limits differ from the site's."""
+def _qos_commands(sites: Sequence[SiteSpec], existing: Mapping[str, Limits]) -> list[list[str]]:
+    """``add qos`` for each partition or class QOS slurmdbd lacks, ``modify qos`` for one
+    whose limits differ from the site's."""
     cmds: list[list[str]] = []
-    wanted: dict[str, PartitionQos] = {q.name: q for s in sites for q in site_partition_qos(s)}
+    wanted: dict[str, PartitionQos] = {}
+    for s in sites:
+        for q in (*site_partition_qos(s), *site_class_qos(s)):
+            if q.name in wanted and wanted[q.name] != q:
+                raise ValueError(
+                    f"QOS {q.name}: site {s.name} gives it other limits than another site "
+                    "(QOS are shared by every cluster of one slurmdbd)"
+                )
+            wanted[q.name] = q
     for name, q in sorted(wanted.items()):
         have = existing.get(name)
         if have is None:
             cmds.append(["add", "qos", name, *q.sacctmgr_limits()])
-        elif have != (q.max_jobs_per_user, q.max_submit_jobs_per_user):
+        elif have != q.limits:
             cmds.append(["modify", "qos", "where", f"name={name}", "set", *q.sacctmgr_limits("-1")])
     return cmds
 
@@ -128,6 +164,11 @@ def _each(commands: list[list[str]], env: Mapping[str, str]) -> None:
             )
     if errors:
         raise SlurmCommandError("could not register with slurmdbd: " + "; ".join(errors))
+
+
+def _modify_user(user: str, cluster: str, setting: str) -> list[str]:
+    """``sacctmgr modify user`` of ``user``'s associations on ``cluster``: ``setting``."""
+    return ["modify", "user", "where", f"name={user}", f"cluster={cluster}", "set", setting]
 
 
 def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> list[str]:
@@ -157,7 +198,7 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
     missing = [s.name for s in sites if s.name not in clusters]
     if missing:
         steps.append([["add", "cluster", ",".join(missing)]])
-    add_accounts, add_users, set_defaults = [], [], []
+    add_accounts, add_users, set_defaults, add_qos = [], [], [], []
     for s in sites:
         default = s.default_account.lower()
         wanted = [a.lower() for a in s.accounts]
@@ -185,21 +226,18 @@ def register(sites: Sequence[SiteSpec], user: str, env: Mapping[str, str]) -> li
                     f"defaultaccount={default}",
                 ]
             )
-        current = {d for (cluster, _), d in assocs.items() if cluster == s.name}
+        current = {d for (cluster, _), (d, _q) in assocs.items() if cluster == s.name}
         if current - {default}:  # e.g. an account the site no longer charges
-            set_defaults.append(
-                [
-                    "modify",
-                    "user",
-                    "where",
-                    f"name={user}",
-                    f"cluster={s.name}",
-                    "set",
-                    f"defaultaccount={default}",
-                ]
-            )
+            set_defaults.append(_modify_user(user, s.name, f"defaultaccount={default}"))
+        lacking = [
+            q.name
+            for q in site_class_qos(s)
+            if any(q.name not in assocs.get((s.name, a), ("", set()))[1] for a in wanted)
+        ]
+        if lacking:  # after the associations exist (they start with the default QOS only)
+            add_qos.append(_modify_user(user, s.name, f"qos+={','.join(lacking)}"))
     # the default's association must exist before it is made the default
-    steps += [cmds for cmds in (add_accounts, add_users, set_defaults) if cmds]
+    steps += [cmds for cmds in (add_accounts, add_users, set_defaults, add_qos) if cmds]
     for cmds in steps:
         _each(cmds, full_env)
     done = [" ".join(c) for cmds in steps for c in cmds]

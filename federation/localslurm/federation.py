@@ -24,10 +24,10 @@ from federation.localslurm.binaries import which
 from federation.localslurm.cluster import SiteCluster
 from federation.localslurm.commands import run_slurm
 from federation.localslurm.errors import LocalSlurmError
-from federation.localslurm.layout import Layout, Ports, default_home
+from federation.localslurm.layout import Layout, Ports, check_port_blocks, default_home
 from federation.localslurm.process import Daemon, owned_processes, wait_stopped
 from federation.localslurm.status import DaemonStatus, SiteStatus
-from federation.localslurm.topology import cluster_spec
+from federation.localslurm.topology import cluster_spec, site_class_qos
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,7 @@ class LocalFederation:
         self.ports = Ports.from_env()
         self.user = pwd.getpwuid(os.getuid()).pw_name
         self.specs = specs if specs is not None else load_sites(sites)
+        check_port_blocks([s.name for s in self.specs])
         self.clusters = {
             s.name: SiteCluster(cluster_spec(s, self.ports), self.layout, self.ports, self.user)
             for s in self.specs
@@ -257,9 +258,9 @@ class LocalFederation:
         want = "\n".join(
             sorted(f"{s.name} {' '.join(s.accounts)} {self.user}" for s in self.specs)
             + [  # a changed limit is registered again, as a new account would be
-                f"qos {q.name} {q.max_jobs_per_user} {q.max_submit_jobs_per_user}"
+                f"qos {q.name} {q.limits}"
                 for c in self.clusters.values()
-                for q in c.spec.partition_qos
+                for q in (*c.spec.partition_qos, *site_class_qos(c.spec.site))
             ]
         )
         if stamp.exists() and stamp.read_text() == want:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-
-from federation.core.spec import site_names
 
 PORT_BASE_ENV = "FEDERATION_SLURM_PORT_BASE"
 DEFAULT_PORT_BASE = 17800
@@ -66,10 +65,31 @@ class Ports:
         return self.slurmctld(site_index) + 1 + node_index
 
 
+EXAMPLE_SITES = ("anvil", "delta", "deltaai", "local", "vista", "perlmutter")
+"""The package's example sites, in the order they were added: their port blocks never move."""
+OTHER_SITE_SLOTS = 48
+"""Port blocks for any other site, after the examples' (chosen by a hash of its name)."""
+
+
 def site_index(site: str) -> int:
-    """A site's stable position among every known site (ports do not move with subsets)."""
-    names = site_names()
-    return names.index(site) if site in names else len(names)
+    """A site's stable port block: the examples' fixed, any other by a hash of its name, so
+    ports move neither with subsets nor when a site is added (two other sites whose names
+    share a block are refused by :func:`check_port_blocks`)."""
+    if site in EXAMPLE_SITES:
+        return EXAMPLE_SITES.index(site)
+    return len(EXAMPLE_SITES) + zlib.crc32(site.encode()) % OTHER_SITE_SLOTS
+
+
+def check_port_blocks(sites: list[str]) -> None:
+    """``ValueError`` naming two of ``sites`` that would share a port block."""
+    seen: dict[int, str] = {}
+    for s in sites:
+        other = seen.setdefault(site_index(s), s)
+        if other != s:
+            raise ValueError(
+                f"sites {other} and {s} would share local Slurm ports (block "
+                f"{site_index(s)}); rename one of them for the local federation"
+            )
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,14 @@ A partition with per-user job limits (``PartitionSpec.max_running_jobs_per_user`
 MaxSubmit: slurm.conf names it (``PartitionName=gh ... QOS=vista-gh``) and
 ``accounts.register`` creates it in slurmdbd. QOS live in slurmdbd, shared by every
 cluster, hence the site prefix. A partition without limits has no QOS.
+
+A site that chooses nodes by constraint and QOS (Perlmutter) describes classes that name no
+partition: their nodes share one partition, :data:`DEFAULT_PARTITION`, the cluster's
+default, so that jobs sent without ``--partition`` land there. Classes of the same hardware
+whose features are among an earlier class's share its nodes (Perlmutter's ``gpu``,
+``gpu_debug`` and ``gpu_shared`` are the same nodes under other QOS); each QOS a class names
+(``regular``, ``debug``) is created in slurmdbd with the longest walltime its classes allow
+(``MaxWall``) and added to the user's associations on that cluster.
 """
 
 from __future__ import annotations
@@ -50,19 +58,33 @@ class PartitionQos(Frozen):
     max_submit_jobs_per_user: int | None = Field(default=None, gt=0)
     """Running plus pending jobs per user (``MaxSubmitJobsPerUser``); sbatch refuses one more
     with ``QOSMaxSubmitJobPerUserLimit``."""
+    max_wall_s: int | None = Field(default=None, gt=0)
+    """Longest walltime a job may ask under it (``MaxWall``: Perlmutter's ``debug``, 30 min)."""
+
+    @property
+    def limits(self) -> tuple[int | None, int | None, int | None, bool]:
+        """As :func:`~federation.localslurm.accounts` reads them back: the three limits and
+        whether a job over them is refused (``DenyOnLimit``, set with a walltime limit)."""
+        wall = self.max_wall_s
+        return (self.max_jobs_per_user, self.max_submit_jobs_per_user, wall, wall is not None)
 
     def sacctmgr_limits(self, unset: str | None = None) -> list[str]:
         """``Key=value`` words for ``sacctmgr add/modify qos``; a limit not set is left out,
         or given as ``unset`` (``"-1"`` clears it on modify)."""
-        limits = {
+        wall = slurm_duration(self.max_wall_s) if self.max_wall_s is not None else None
+        limits: dict[str, int | str | None] = {
             "MaxJobsPerUser": self.max_jobs_per_user,
             "MaxSubmitJobsPerUser": self.max_submit_jobs_per_user,
+            "MaxWall": wall,
         }
-        return [
+        words = [
             f"{key}={value if value is not None else unset}"
             for key, value in limits.items()
             if value is not None or unset is not None
         ]
+        if wall is not None:  # sbatch refuses a job over it (as NERSC's debug does), no pend
+            words.append("Flags=DenyOnLimit")
+        return words
 
 
 class PartitionLayout(Frozen):
@@ -152,7 +174,53 @@ def partition_qos(site: SiteSpec, p: PartitionSpec) -> PartitionQos | None:
 
 def site_partition_qos(site: SiteSpec) -> tuple[PartitionQos, ...]:
     """Every partition QOS of ``site``, in partition order."""
-    return tuple(q for p in site.partitions if (q := partition_qos(site, p)) is not None)
+    return tuple(
+        q for p in site.partitions if p.partition and (q := partition_qos(site, p)) is not None
+    )
+
+
+def site_class_qos(site: SiteSpec) -> tuple[PartitionQos, ...]:
+    """Each QOS ``site``'s classes name, with the longest walltime its classes allow."""
+    walls: dict[str, int] = {}
+    for p in site.partitions:
+        if p.qos:
+            walls[p.qos] = max(walls.get(p.qos, 0), p.max_walltime_s)
+    return tuple(PartitionQos(name=n.lower(), max_wall_s=w) for n, w in walls.items())
+
+
+DEFAULT_PARTITION = "batch"
+"""The partition of the nodes of classes that name none: the cluster's default."""
+
+
+class NodeGroup(Frozen):
+    """One kind of node of a cluster: ``count`` alike nodes in ``partition``."""
+
+    cls: PartitionSpec
+    """The first class that asked for these nodes (their hardware and name)."""
+    partition: str
+    features: tuple[str, ...]
+
+
+def _hardware(p: PartitionSpec) -> tuple[object, ...]:
+    return (p.cpus_per_node, p.mem_gb_per_node, p.gpus_per_node, p.gpu_type, p.gpu_mem_gb)
+
+
+def node_groups(site: SiteSpec) -> list[NodeGroup]:
+    """The kinds of node of ``site``'s cluster: one per class, but a class that names no
+    partition shares the nodes of an earlier such class of its hardware whose features
+    include its own."""
+    groups: list[NodeGroup] = []
+    for p in site.partitions:
+        feats = _node_features(site, p)
+        if p.partition is None and any(
+            g.partition == DEFAULT_PARTITION
+            and _hardware(g.cls) == _hardware(p)
+            and set(feats) <= set(g.features)
+            for g in groups
+        ):
+            continue
+        groups.append(NodeGroup(cls=p, partition=p.partition or DEFAULT_PARTITION, features=feats))
+    return groups
 
 
 def _def_mem_per_cpu(p: PartitionSpec) -> int:
@@ -166,42 +234,53 @@ def _node_features(site: SiteSpec, p: PartitionSpec) -> tuple[str, ...]:
 def cluster_spec(
     site: SiteSpec, ports: Ports, enforce_partition_accounts: bool = ENFORCE_PARTITION_ACCOUNTS
 ) -> ClusterSpec:
-    """Lay out ``site`` as a cluster: ``nodes_local`` nodes per partition, one port each.
+    """Lay out ``site`` as a cluster: ``nodes_local`` nodes per kind of node
+    (:func:`node_groups`), one port each; one partition per partition a class names, and
+    :data:`DEFAULT_PARTITION` (the default) for those that name none.
 
-    With ``enforce_partition_accounts`` and a site that charges partitions to different
-    accounts, each partition admits only its own account.
+    With ``enforce_partition_accounts`` and a site that charges to several accounts, each
+    partition admits only the accounts of its classes.
     """
     per_partition = enforce_partition_accounts and len(site.accounts) > 1
     idx = site_index(site.name)
-    slugs = [node_slug(p.name) for p in site.partitions]
+    groups = node_groups(site)
+    slugs = [node_slug(g.cls.name) for g in groups]
     if len(set(slugs)) != len(slugs):
-        raise ValueError(f"site {site.name}: partition names collide as node names: {slugs}")
+        raise ValueError(f"site {site.name}: class names collide as node names: {slugs}")
     nodes: list[NodeSpec] = []
-    partitions: list[PartitionLayout] = []
-    for i, p in enumerate(site.partitions):
-        names = [node_name(site.name, p.name, k + 1) for k in range(p.nodes_local)]
-        for name in names:
+    members: dict[str, list[str]] = {}
+    for g in groups:
+        p = g.cls
+        for k in range(p.nodes_local):
+            name = node_name(site.name, p.name, k + 1)
+            members.setdefault(g.partition, []).append(name)
             nodes.append(
                 NodeSpec(
                     name=name,
                     port=ports.slurmd(idx, len(nodes)),
-                    partition=p.name,
+                    partition=g.partition,
                     cpus=p.cpus_per_node,
                     real_memory_mb=p.mem_gb_per_node * 1024,
                     gpus=p.gpus_per_node,
                     gpu_type=p.gpu_type,
-                    features=_node_features(site, p),
+                    features=g.features,
                 )
             )
+    default = DEFAULT_PARTITION if DEFAULT_PARTITION in members else next(iter(members))
+    partitions: list[PartitionLayout] = []
+    for part, names in members.items():
+        classes = [p for p in site.partitions if (p.partition or DEFAULT_PARTITION) == part]
+        accounts = sorted({site.account_for(p.name).lower() for p in classes})
+        own = next((p for p in classes if p.partition == part), None)
         partitions.append(
             PartitionLayout(
-                name=p.name,
+                name=part,
                 nodes=tuple(names),
-                max_time=slurm_duration(p.max_walltime_s),
-                def_mem_per_cpu_mb=_def_mem_per_cpu(p),
-                default=i == 0,
-                allow_accounts=(site.account_for(p.name).lower(),) if per_partition else (),
-                qos=partition_qos(site, p),
+                max_time=slurm_duration(max(p.max_walltime_s for p in classes)),
+                def_mem_per_cpu_mb=min(_def_mem_per_cpu(p) for p in classes),
+                default=part == default,
+                allow_accounts=tuple(accounts) if per_partition else (),
+                qos=partition_qos(site, own) if own is not None else None,
             )
         )
     return ClusterSpec(

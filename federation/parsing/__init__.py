@@ -11,6 +11,7 @@ when no line fits at all.
 from federation.parsing.gres import UNTYPED, gpus_by_type, parse_gres_entries, request_gpus
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.sacct import AcctRecord, parse_sacct_json, parse_sacct_parsable
+from federation.parsing.sacctmgr_qos import QOS_FIELDS, parse_sacctmgr_qos
 from federation.parsing.scontrol import (
     PartitionInfo,
     parse_scontrol_jobs,
@@ -44,6 +45,7 @@ from federation.parsing.times import (
 )
 
 __all__ = [
+    "QOS_FIELDS",
     "SINFO_FIELDS",
     "SQUEUE_FIELDS",
     "START_FIELDS",
@@ -67,6 +69,7 @@ __all__ = [
     "parse_node_state",
     "parse_sacct_json",
     "parse_sacct_parsable",
+    "parse_sacctmgr_qos",
     "parse_scontrol_jobs",
     "parse_scontrol_nodes",
     "parse_scontrol_partitions",

@@ -13,6 +13,8 @@ Requests (``tres-per-node`` and friends): ``gres:gpu:a100:2`` (22.05), ``gres/gp
 
 from __future__ import annotations
 
+import re
+
 from federation.core.errors import ParseError
 from federation.parsing.common import clean, snippet
 from federation.parsing.hostlist import split_top
@@ -26,17 +28,24 @@ _NULL_TYPES = frozenset({"", "(null)", "null", "none"})
 _SUFFIX = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 
 
+_MAX_GRES = 2**63 - 1
+
+
 def _count(text: str, entry: str, whole: str) -> int:
     t = text.strip().lower()
-    if t.isdigit():
+    if t.isdigit() and len(t) <= 18:
         return int(t)
-    if t and t[-1] in _SUFFIX and t[:-1].isdigit():
+    if t and t[-1] in _SUFFIX and t[:-1].isdigit() and len(t) <= 13:
         return int(t[:-1]) * _SUFFIX[t[-1]]
     raise ParseError(f"GRES {snippet(whole)}: bad count {text!r} in entry {entry!r}")
 
 
-def parse_gres_entries(text: str | None) -> list[tuple[str, str | None, int]]:
-    """Every GRES entry as ``(name, type or None, count)``, in order."""
+def parse_gres_entries(
+    text: str | None, counted: bool = False
+) -> list[tuple[str, str | None, int]]:
+    """Every GRES entry as ``(name, type or None, count)``, in order. ``counted``: every GPU
+    entry ends with its count, as GRES in use does (``gpu:0``): ``gpu:x`` is damage then,
+    not one GPU of type ``x``."""
     value = clean(text)
     if value is None:
         return []
@@ -52,6 +61,10 @@ def parse_gres_entries(text: str | None) -> list[tuple[str, str | None, int]]:
         core = entry[:paren] if paren >= 0 else entry
         parts = [p for p in core.split(":") if p.strip().lower() not in _FLAGS]
         name = parts[0].strip().lower()
+        if _GRES_NAME.fullmatch(name) is None:
+            raise ParseError(f"GRES {snippet(value)}: {snippet(name)} is not a GRES name")
+        if len(parts) > 1 and not parts[-1].strip():
+            raise ParseError(f"GRES {snippet(value)}: entry {entry!r} ends with ':'")
         if not name:
             raise ParseError(f"GRES {snippet(value)}: entry {entry!r} has no name")
         if len(parts) == 1:
@@ -59,6 +72,10 @@ def parse_gres_entries(text: str | None) -> list[tuple[str, str | None, int]]:
             continue
         last = parts[-1].strip().lower()
         countable = last.isdigit() or (last[-1:] in _SUFFIX and last[:-1].isdigit())
+        if not countable and counted and name in GPU_NAMES:
+            raise ParseError(f"GRES {snippet(value)}: entry {entry!r} has no count")
+        if not countable and _NUMBERISH.fullmatch(last):
+            raise ParseError(f"GRES {snippet(value)}: bad count {last!r} in entry {entry!r}")
         if not countable and len(parts) == 2:  # gpu:tesla -> one GPU of type tesla
             parts.append("1")
         elif not countable and name not in GPU_NAMES:
@@ -66,21 +83,33 @@ def parse_gres_entries(text: str | None) -> list[tuple[str, str | None, int]]:
             continue
         count = _count(parts[-1], entry, value)
         gtype = ":".join(parts[1:-1]).strip() or None
+        if gtype is not None and _GRES_TYPE.fullmatch(gtype) is None:
+            raise ParseError(f"GRES {snippet(value)}: {snippet(gtype)} is not a GRES type")
         if gtype is not None and gtype.lower() in _NULL_TYPES:
             gtype = None
         out.append((name, gtype, count))
     return out
 
 
-def gpus_by_type(text: str | None) -> dict[str, int]:
-    """GPUs per type in a GRES string; untyped GPUs under :data:`UNTYPED`; zeros dropped."""
+def gpus_by_type(text: str | None, counted: bool = False) -> dict[str, int]:
+    """GPUs per type in a GRES string; untyped GPUs under :data:`UNTYPED`; zeros dropped.
+    ``counted``: see :func:`parse_gres_entries`."""
     out: dict[str, int] = {}
-    for name, gtype, count in parse_gres_entries(text):
+    for name, gtype, count in parse_gres_entries(text, counted):
         if name not in GPU_NAMES or count <= 0:
             continue
         key = gtype or UNTYPED
         out[key] = out.get(key, 0) + count
     return out
+
+
+_NUMBERISH = re.compile(r"[\d.e+-]+")
+"""A count damaged (``2.5``, ``1e9``), not a type name."""
+_GRES_TYPE = re.compile(r"[\w.()-]{1,128}")
+_GRES_NAME = re.compile(r"[a-z][\w./-]{0,63}")
+_TRES_KEY = re.compile(r"[a-z][\w/:.@+-]{0,127}")
+_TRES_VALUE = re.compile(r"\d{1,20}[kmgtpe]?|\d{1,20}\.\d{1,6}[kmgtpe]", re.IGNORECASE)
+"""A TRES value: a count, or a size with Slurm's unit (``48000M``, ``1.50G``)."""
 
 
 def parse_tres(text: str | None) -> dict[str, str]:
@@ -91,9 +120,12 @@ def parse_tres(text: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in value.split(","):
         key, sep, val = item.partition("=")
-        if not sep:
-            continue
-        out[key.strip().lower()] = val.strip()
+        key, val = key.strip().lower(), val.strip()
+        if not sep or _TRES_KEY.fullmatch(key) is None or _TRES_VALUE.fullmatch(val) is None:
+            raise ParseError(f"TRES {snippet(value)}: bad entry {snippet(item)}")
+        if key in out and out[key] != val:
+            raise ParseError(f"TRES {snippet(value)}: {key} given twice")
+        out[key] = val
     return out
 
 
@@ -137,10 +169,7 @@ def request_gpus(text: str | None) -> tuple[int, str | None]:
         if "=" in item:  # tres style gpu=2 / gpu:a100=2
             key, _, val = item.partition("=")
             item = f"{key}:{val}"
-        try:
-            entries = parse_gres_entries(item)
-        except ParseError:
-            continue
+        entries = parse_gres_entries(item, counted=True)  # a request states its count
         for name, gtype, count in entries:
             if name in GPU_NAMES:
                 total += count

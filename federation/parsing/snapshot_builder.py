@@ -21,11 +21,13 @@ from typing import Any
 
 from federation.core.charge import charged_partitions, common_unit
 from federation.core.errors import ParseError, ProbeError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import (
     AllocationScope,
     JobRecord,
     NodeRecord,
     PartitionSnapshot,
+    QosLimits,
     SiteHealth,
     SiteSnapshot,
     SiteStorage,
@@ -33,11 +35,11 @@ from federation.core.snapshot import (
 from federation.core.spec import SiteSpec
 from federation.parsing.common import snippet
 from federation.parsing.hostlist import expand_hostlist
+from federation.parsing.sacctmgr_qos import QOS_FIELDS, parse_sacctmgr_qos
 from federation.parsing.scontrol import PartitionInfo, parse_scontrol_partitions
 from federation.parsing.sinfo import SINFO_FIELDS, parse_sinfo
 from federation.parsing.squeue import (
     SQUEUE_FIELDS,
-    gc_paused,
     parse_squeue,
     reason_code,
 )
@@ -51,7 +53,7 @@ from federation.parsing.sshare import (
 
 PROBE_FORMAT = 1
 REQUIRED_COMMANDS = ("sinfo", "squeue", "scontrol_partition")
-OPTIONAL_COMMANDS = ("squeue_start", "version", "sshare")
+OPTIONAL_COMMANDS = ("squeue_start", "version", "sshare", "sacctmgr_qos")
 RUNNING_STATES = frozenset({"running", "configuring"})
 PENDING_STATES = frozenset({"pending", "requeued"})
 MAX_UTC_OFFSET_S = 86_400
@@ -255,7 +257,7 @@ def _build(
             "`sinfo` listed no nodes: check SLURM_CONF on the endpoint, or whether every "
             "partition is hidden from the endpoint's user"
         )
-    partitions = parse_scontrol_partitions(command_output(probe, "scontrol_partition"))
+    partitions = parse_scontrol_partitions(command_output(probe, "scontrol_partition"), warnings)
 
     starts: dict[str, StartEstimate] = {}
     try:
@@ -345,6 +347,7 @@ def _build(
 
     allocations = build_allocations(probe, warnings, spec)
     storage = build_storage(probe, warnings)
+    qos_limits = build_qos_limits(probe, warnings)
     taken_at = _started_at(probe)
     current = now or datetime.now(UTC)
     if current.tzinfo is None:
@@ -368,6 +371,7 @@ def _build(
         jobs=tuple(jobs),
         allocations=allocations,
         storage=storage,
+        qos_limits=qos_limits,
     )
 
 
@@ -390,6 +394,21 @@ def build_storage(probe: Mapping[str, Any], warnings: list[str]) -> SiteStorage 
         return SiteStorage(root=raw["root"], error=str(error) if error else None, **counts)
     except ValueError as e:
         warnings.append(f"storage: {e}")
+        return None
+
+
+def build_qos_limits(probe: Mapping[str, Any], warnings: list[str]) -> tuple[QosLimits, ...] | None:
+    """Every QOS with its live limits (the probe's ``sacctmgr show qos``); None when the
+    probe did not ask (older probes) or the answer is missing, failed or damaged: then
+    "qos limits unknown" is a warning, never a failed probe."""
+    if "sacctmgr_qos" not in probe:
+        return None
+    try:
+        text = command_output(probe, "sacctmgr_qos")
+        fields = _fields(probe, "sacctmgr_qos", QOS_FIELDS)
+        return tuple(parse_sacctmgr_qos(text, fields, warnings))
+    except ProbeError as e:  # ParseError included
+        warnings.append(f"qos limits unknown: {e}")
         return None
 
 

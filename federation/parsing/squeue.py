@@ -19,40 +19,50 @@ nodes when known, else ``MinMemory``); ``gpus`` is the job's total GPU count, fr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
-from pydantic import ValidationError
-
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
+from federation.parsing.common import (
+    NAME,
+    RowWarnings,
+    as_text,
+    clean,
+    cut_line,
+    snippet,
+    split_records,
+    whole,
+)
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.hostlist import expand_hostlist
 from federation.parsing.squeue_fields import (
     _ESTIMATED,
+    _KEYS,
     _NO_NODES,
     _NO_VALUE,
     _PROBE_FIELDS,
     COLUMN_ALIASES,
     SQUEUE_FIELDS,
     SQUEUE_FIELDS_NODES,
+    TRUSTED_JOB,
     _gpus,
     _int,
     _strip_parens,
-    _trusted_job,
     canonical_index,
     count_states,
-    gc_paused,
     reason_code,
     squash,
     with_start_time,
 )
 from federation.parsing.squeue_json import parse_squeue_json
 from federation.parsing.states import parse_job_state
-from federation.parsing.table import Table
+from federation.parsing.table import CUT, Table
 from federation.parsing.times import (
+    ISO_TIME,
     parse_duration,
     parse_memory,
     parse_timestamp,
@@ -96,8 +106,18 @@ class _Builder:
         self._utc = not utc_offset_s
         self._mem: dict[str, int | None] = {}
         self._hosts: dict[str, tuple[str, ...]] = {}
-        self._keys = tuple(self.idx)
-        self._values = itemgetter(*self.idx.values())
+        self._users: dict[str, str | None] = {}
+        self._texts: dict[str, str] = {}
+        # every canonical key's value in a row (the None appended to the row when absent)
+        self._cells = itemgetter(*(self.idx.get(k, len(columns)) for k in _KEYS))
+        self._id = self.idx["job_id"]
+        others = [i for i in range(len(columns)) if i != self._id]
+        # a row but for its job id, as a key (-> the values of all other fields)
+        self._others: Callable[[Sequence[str]], Any] = (
+            itemgetter(*others) if others else (lambda row: ())
+        )
+        self._rows: dict[Any, dict[str, Any]] | None = {}
+        self._misses = 0
 
     def _state_reason(
         self, raw_state: str | None, raw_reason: str | None, nodelist_reason: str | None
@@ -114,6 +134,8 @@ class _Builder:
         if reason is None and nodelist_reason is not None and state != "running":
             nr = nodelist_reason.strip()
             if nr.startswith("("):  # %R: "(Reason)" while pending, node names once running
+                if not nr.endswith(")"):
+                    raise ParseError(f"NODELIST(REASON) {snippet(nr)} is cut: no closing ')'")
                 reason = clean(_strip_parens(nr))
                 state = parse_job_state(raw_state or "PENDING", reason)
             elif raw_state is None and clean(nr) is not None:
@@ -157,7 +179,7 @@ class _Builder:
     def _time(self, text: str | None) -> datetime | None:
         if text is None or text in _NO_VALUE:
             return None
-        if len(text) == 19 and text[10] == "T":  # the common case, parsed inline
+        if len(text) == 19 and ISO_TIME.fullmatch(text):  # the common case, parsed inline
             try:
                 dt = datetime.fromisoformat(text + self._suffix)
             except ValueError:
@@ -195,72 +217,139 @@ class _Builder:
             label = f"squeue record {where}" if isinstance(where, int) else where
             raise ParseError(f"{label}: {e}") from None
 
+    def _user(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        if text in self._users:
+            return self._users[text]
+        name = _name(text)
+        if len(self._users) < 100_000:
+            self._users[text] = name
+        return name
+
+    def _text(self, text: str) -> str:
+        """``text`` stripped, one string object per distinct value (partitions, names)."""
+        hit = self._texts.get(text)
+        if hit is None:
+            hit = text.strip()
+            if len(self._texts) < 100_000:
+                self._texts[text] = hit
+        return hit
+
     def _build(self, row: Sequence[str]) -> JobRecord:
-        values = self._values(row)
-        cell = dict(
-            zip(self._keys, values if isinstance(values, tuple) else (values,), strict=True)
-        ).get
-        job_id = cell("job_id", "").strip()
+        return _MAKE_JOB(self._values(row))
+
+    def remember(self, row: Sequence[str]) -> JobRecord:
+        """:meth:`_build`, its record kept as the one the rows that repeat this row's
+        values but for the job id copy (:func:`jobs_from_table`; given up when few rows
+        repeat)."""
+        job = _MAKE_JOB(self._values(row))
+        cache = self._rows
+        if cache is not None:
+            self._misses += 1
+            if len(cache) < 20_000:
+                cache[self._others(row)] = job.__dict__
+            elif self._misses > 2 * len(cache):
+                self._rows = None  # rows that do not repeat: stop looking them up
+        return job
+
+    def _values(self, row: Sequence[str]) -> tuple[Any, ...]:
+        """The value of every JobRecord field of one row, in order, each checked."""
+        (
+            job_id,
+            part,
+            raw_state,
+            raw_reason,
+            nodelist_reason,
+            user,
+            name,
+            nodes_text,
+            cpus_text,
+            tasks_text,
+            min_memory,
+            per_node,
+            per_job,
+            per_task,
+            alloc,
+            time_limit,
+            submit,
+            start,
+            end,
+            priority_text,
+            node_list,
+        ) = self._cells((*row, None))
+        job_id = job_id.strip()
         if not job_id:
             raise ParseError("empty job id")
-        state, reason = self._state_reason(cell("state"), cell("reason"), cell("nodelist_reason"))
-        nodes = _int(cell("nodes"), "nodes")
+        job_id = check_job_id(job_id, "JOBID")
+        state, reason = self._state_reason(raw_state, raw_reason, nodelist_reason)
+        nodes = _int(nodes_text, "nodes")
         nodes = 1 if nodes is None else nodes
-        cpus = _int(cell("cpus"), "cpus")
-        tasks = _int(cell("tasks"), "tasks")
-        gpus, gpu_type, mem_mb = self._resources(
-            (
-                cell("tres_alloc"),
-                cell("tres_per_job"),
-                cell("tres_per_node"),
-                cell("tres_per_task"),
-                nodes,
-                tasks,
-            )
-        )
+        cpus = _int(cpus_text, "cpus")
+        tasks = _int(tasks_text, "tasks")
+        gpus, gpu_type, mem_mb = self._resources((alloc, per_job, per_node, per_task, nodes, tasks))
         if mem_mb is None:
-            mem_mb = self._memory(cell("min_memory"))
-        name = cell("name")
+            mem_mb = self._memory(min_memory)
         if name is not None:
-            name = name.strip() or None
-        user = cell("user")
-        priority_text = cell("priority")
-        priority = None
-        if priority_text is not None:
-            p = priority_text.strip()
-            if p.isdigit():
-                priority = int(p)
-        part = cell("partition")
-        node_list = cell("node_list")
+            name = self._text(name) or None
+        priority = None if priority_text is None else _priority(priority_text)
         if node_list is None and state not in _NO_NODES:  # %R: node names once running
-            nr = cell("nodelist_reason")
+            nr = nodelist_reason
             if nr is not None and not nr.strip().startswith("("):
                 node_list = nr
-        data: dict[str, Any] = {
-            "job_id": job_id,
-            "partition": part.strip() if part is not None else "",
-            "state": state,
-            "reason": reason,
-            "user": clean(user),
-            "name": name,
-            "nodes": nodes,
-            "cpus": 1 if cpus is None else cpus,
-            "mem_mb": mem_mb,
-            "gpus": gpus,
-            "gpu_type": gpu_type,
-            "time_limit_s": self._duration(cell("time_limit")),
-            "submit_time": self._time(cell("submit_time")),
-            "start_time": self._time(cell("start_time")),
-            "end_time": self._time(cell("end_time")),
-            "priority": priority,
-            "node_names": self._nodes(node_list.strip() if node_list else None, state),
-        }
-        try:
-            return JobRecord.model_validate(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ParseError(f"field {loc}: {first['msg']}") from None
+        # every value is checked (whole numbers in range, states from the table, aware
+        # datetimes, names): no second pass through pydantic (the 50 MB path)
+        return (
+            job_id,
+            self._text(part) if part is not None else "",  # partition
+            state,
+            reason,
+            self._user(user),
+            name,
+            nodes,
+            1 if cpus is None else cpus,
+            mem_mb,
+            gpus,
+            gpu_type,
+            self._duration(time_limit),  # time_limit_s
+            self._time(submit),
+            self._time(start),
+            self._time(end),
+            priority,
+            self._nodes(node_list.strip() if node_list else None, state),  # node_names
+        )
+
+
+_MAKE_JOB = TRUSTED_JOB.values
+"""A JobRecord from the values of its fields, in order (job_id, partition, state, reason,
+user, name, nodes, cpus, mem_mb, gpus, gpu_type, time_limit_s, submit_time, start_time,
+end_time, priority, node_names)."""
+_JOB_WITH = TRUSTED_JOB.with_dict
+
+
+def _name(text: str | None) -> str | None:
+    """A user name: one token (``ywang2rrg|3074329|...`` is a line glued into it)."""
+    v = clean(text)
+    if v is None or NAME.fullmatch(v) is not None:
+        return v
+    raise ParseError(f"user: {snippet(v)} is not a user name")
+
+
+def _priority(text: str) -> int | None:
+    """PriorityLong: a whole number up to 2**63, or None for ``N/A`` and empty."""
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        return int(text)
+    if not text.strip():  # squeue prints a number or N/A: an empty one lost its value
+        raise ParseError("priority: empty")
+    return None if clean(text) is None else whole(text, "priority")
+
+
+def _once(seen: dict[str, int], job_id: str, n: int) -> str | None:
+    """Why record ``n`` repeats an earlier one (duplicated output), or None."""
+    first = seen.setdefault(job_id, n)
+    if first == n:
+        return None
+    return f"job {job_id} is listed twice (first as record {first}): duplicated output"
 
 
 def parse_squeue(
@@ -285,15 +374,18 @@ def parse_squeue(
             raise ParseError(f"squeue: probe field list {list(fields)} has no {need} column")
     out: list[JobRecord] = []
     with gc_paused():
-        rows = split_records(stdout, len(fields), "squeue")
+        rows: Iterable[list[str]] = split_records(stdout, len(fields), "squeue")
         if fields in _PROBE_FIELDS:
             return _fast_probe_jobs(rows, builder, est)
         build = builder.build
+        seen: dict[str, int] = {}
         for n, row in enumerate(rows, start=1):
             try:
                 job = build(row, n)
             except ParseError as e:
                 raise ParseError(f"{e} (record starts {snippet(row[0])})") from None
+            if (dup := _once(seen, job.job_id, n)) is not None:
+                raise ParseError(f"squeue record {n}: {dup}")
             if job.state in _ESTIMATED:
                 start = est.get(job.job_id)
                 if start is not None and start != job.start_time:
@@ -303,7 +395,7 @@ def parse_squeue(
 
 
 def _fast_probe_jobs(
-    rows: list[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
+    rows: Iterable[list[str]], b: _Builder, estimates: Mapping[str, datetime | None]
 ) -> list[JobRecord]:
     """Probe rows (:data:`SQUEUE_FIELDS`, optionally with ``NodeList`` last) -> JobRecords by
     tuple unpacking (the 50k-job path).
@@ -311,13 +403,15 @@ def _fast_probe_jobs(
     Every value is checked here (integers are digit strings, states come from the table,
     times are aware datetimes), so records are built without pydantic's second pass.
     """
-    validate = _trusted_job
+    make = _MAKE_JOB
     state_reason, resources, memory = b._state_reason, b._resources, b._memory
-    duration, ts, hosts = b._duration, b._time, b._nodes
+    duration, ts, hosts, user_name = b._duration, b._time, b._nodes, b._user
     width = len(SQUEUE_FIELDS)
     out: list[JobRecord] = []
     append = out.append
+    seen: dict[str, int] = {}
     n = 0
+    row: list[str] = [""]
     try:
         for row in rows:
             n += 1
@@ -345,46 +439,45 @@ def _fast_probe_jobs(
             ) = row[:width]
             if not job_id:
                 raise ParseError("empty job id")
+            if not (job_id.isdigit() and len(job_id) < 10):
+                job_id = check_job_id(job_id, "JobArrayID")
+            if job_id in seen and (dup := _once(seen, job_id, n)):
+                raise ParseError(dup)
+            seen[job_id] = n
             state, reason = state_reason(st, rsn, None)
-            nodes = int(nn) if nn.isdigit() else (_int(nn, "NumNodes") or 1)
-            cpus = int(nc) if nc.isdigit() else (_int(nc, "NumCPUs") or 1)
-            tasks = int(nt) if nt.isdigit() else _int(nt, "NumTasks")
+            nodes = _int(nn, "NumNodes") or 1
+            cpus = _int(nc, "NumCPUs") or 1
+            tasks = _int(nt, "NumTasks")
             gpus, gpu_type, mem_mb = resources((ta, tpj, tpn, tpt, nodes, tasks))
             if mem_mb is None:
                 mem_mb = memory(mm)
-            data = {
-                "job_id": job_id,
-                "partition": part,
-                "state": state,
-                "reason": reason,
-                "user": user or None,
-                "name": name or None,
-                "nodes": nodes,
-                "cpus": cpus,
-                "mem_mb": mem_mb,
-                "gpus": gpus,
-                "gpu_type": gpu_type,
-                "time_limit_s": duration(tl),
-                "submit_time": ts(sub),
-                "start_time": (estimates.get(job_id) or ts(start))
-                if estimates and state in _ESTIMATED
-                else ts(start),
-                "end_time": ts(end),
-                "priority": int(prio) if prio.isdigit() else None,
-                "node_names": hosts(node_list, state) if node_list else (),
-            }
-            append(validate(data))
+            append(
+                make(
+                    (
+                        job_id,
+                        part,
+                        state,
+                        reason,
+                        user_name(user) if user else None,
+                        name or None,
+                        nodes,
+                        cpus,
+                        mem_mb,
+                        gpus,
+                        gpu_type,
+                        duration(tl),
+                        ts(sub),
+                        (estimates.get(job_id) or ts(start))
+                        if estimates and state in _ESTIMATED
+                        else ts(start),
+                        ts(end),
+                        _priority(prio),
+                        hosts(node_list, state) if node_list else (),
+                    )
+                )
+            )
     except ParseError as e:
-        raise ParseError(
-            f"squeue record {n}: {e} (record starts {snippet(rows[n - 1][0])})"
-        ) from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ParseError(
-            f"squeue record {n}: field {loc}: {first['msg']} "
-            f"(record starts {snippet(rows[n - 1][0])})"
-        ) from None
+        raise ParseError(f"squeue record {n}: {e} (record starts {snippet(row[0])})") from None
     return out
 
 
@@ -399,15 +492,61 @@ def jobs_from_table(
     builder = _Builder(table.columns, utc_offset_s)
     notes = RowWarnings()
     out: list[JobRecord] = []
-    build, line_of = builder._build, table.line_of
-    for n, row in enumerate(table.rows):
-        try:
-            out.append(build(row))
-        except ParseError as e:
-            notes.add("squeue row", f"squeue line {line_of(n)} skipped: {e}")
+    append = out.append
+    failed: set[int] = set()  # the lines of rows that did not parse
+    others, i_id, like_with = builder._others, builder._id, _JOB_WITH
+    cache = builder._rows
+    with gc_paused():
+        for line, row in table.numbered_rows():
+            try:
+                like = None if cache is None else cache.get(others(row))
+                if like is None:
+                    append(builder.remember(row))
+                    cache = builder._rows
+                    continue
+                # a row like an earlier one but for its job id: a copy of its record
+                job_id = row[i_id]
+                if not (job_id.isdigit() and len(job_id) < 10 and job_id.isascii()):
+                    job_id = _job_id(job_id)
+                data = like.copy()
+                data["job_id"] = job_id
+                append(like_with(data))
+            except ParseError as e:
+                notes.add("squeue row", f"squeue line {line} skipped: {e}")
+                failed.add(line)
+        if len(set(map(_JOB_ID, out))) != len(out):  # a job listed twice: which lines?
+            lines = [n for n in table.row_lines() if n not in failed]
+            out = _first_of_each(out, lines, notes)
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
+    return out
+
+
+_JOB_ID = attrgetter("job_id")
+
+
+def _job_id(text: str) -> str:
+    job_id = text.strip()
+    if not job_id:
+        raise ParseError("empty job id")
+    return check_job_id(job_id, "JOBID")
+
+
+def _first_of_each(jobs: list[JobRecord], lines: list[int], notes: RowWarnings) -> list[JobRecord]:
+    """``jobs`` (from ``lines``) without the ones that repeat an earlier job id."""
+    first: dict[str, int] = {}
+    out: list[JobRecord] = []
+    for job, line in zip(jobs, lines, strict=True):
+        at = first.setdefault(job.job_id, line)
+        if at != line:
+            notes.add(
+                "duplicate",
+                f"squeue line {line} skipped: job {job.job_id} is listed twice "
+                f"(first on line {at}): duplicated output",
+            )
+            continue
+        out.append(job)
     return out
 
 
@@ -425,18 +564,29 @@ def parse_squeue_jsonlike(
     """
     columns = list(keys.values())
     table = Table(columns=columns)
-    lines = as_text(text, "squeue JSON-like lines", table.notes).split("\n")
-    for n, line in enumerate(lines, start=1):
+    raw = as_text(text, "squeue JSON-like lines", table.notes)
+    cut = cut_line(raw)
+    for n, line in enumerate(raw.split("\n"), start=1):
         s = line.strip()
         if not s or s.startswith("#"):
+            continue
+        if n == cut:
+            table.skip(n, CUT, s)
             continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
             table.skip(n, f"not JSON ({e.msg})", s)
             continue
+        except RecursionError:
+            table.skip(n, "JSON nested too deep", s)
+            continue
         if not isinstance(obj, dict):
             table.skip(n, "not a JSON object", s)
+            continue
+        odd = next((k for k in keys if not isinstance(obj.get(k), str | int | None)), None)
+        if odd is not None or any(isinstance(obj.get(k), bool) for k in keys):
+            table.skip(n, f"field {odd} is not a string or a whole number", s)
             continue
         table.rows.append(["" if obj.get(k) is None else str(obj.get(k)) for k in keys])
         table.line_numbers.append(n)

@@ -7,17 +7,16 @@ The probe's field list (:data:`SQUEUE_FIELDS`), the aliases of third-party colum
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from federation.core.errors import ParseError
 from federation.core.snapshot import JobRecord
-from federation.parsing.common import snippet
+from federation.parsing.common import MAX_COUNT, snippet
 from federation.parsing.gres import parse_tres, request_gpus, tres_gpus
+from federation.parsing.records import JOBS
 
 SQUEUE_FIELDS: tuple[str, ...] = (
     "JobArrayID",
@@ -110,7 +109,8 @@ _KEYS = (
     "priority",
     "node_list",
 )
-_LEADING_INT = re.compile(r"\s*(\d+)")
+_COUNT = re.compile(r"(\d+)(?:-\d+|\+)?")
+"""A count as squeue prints it: ``8``, a range ``1-2`` (its low end), ``4+``."""
 
 
 def squash(name: str) -> str:
@@ -160,22 +160,25 @@ def _strip_parens(text: str) -> str:
 
 
 def _int(text: str | None, what: str) -> int | None:
+    """A count column: the whole token (``8``, ``1-2``, ``4+``) up to :data:`MAX_COUNT`;
+    empty and ``N/A`` are None; ``12x``, ``-192`` or ``1e9`` are a :class:`ParseError`,
+    never their leading digits."""
     if text is None:
         return None
-    if text.isdigit():
+    if text.isdigit() and text.isascii() and len(text) < 10:
         return int(text)
     t = text.strip()
-    if not t or t.lower() in ("n/a", "(null)", "none"):
+    if t.lower() in ("n/a", "(null)", "none"):
         return None
-    if t.isdigit():
-        return int(t)
-    m = _LEADING_INT.match(t)  # "1-2" (node range), "4+"
-    if m:
-        return int(m.group(1))
-    try:
-        return int(float(t))
-    except ValueError:
-        raise ParseError(f"{what}: expected a number, got {snippet(t)}") from None
+    if not t:  # squeue prints a count or N/A: an empty one lost its value
+        raise ParseError(f"{what}: empty")
+    m = _COUNT.fullmatch(t)
+    if m is None or not t.isascii():
+        raise ParseError(f"{what}: expected a number, got {snippet(t)}")
+    n = int(m.group(1))
+    if n > MAX_COUNT:
+        raise ParseError(f"{what}: {n} is out of range (at most {MAX_COUNT})")
+    return n
 
 
 def _gpus(
@@ -206,23 +209,10 @@ def _gpus(
 _NO_VALUE = ("", "N/A", "(null)", "None")
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many acyclic records (it would rescan them all
-    several times over; reference counting frees them as usual)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 _ESTIMATED = frozenset({"pending", "requeued"})
 
 
-_JOB_FIELDS = frozenset(JobRecord.model_fields)
+TRUSTED_JOB = JOBS
 
 
 def _trusted_job(data: dict[str, Any]) -> JobRecord:
@@ -231,19 +221,14 @@ def _trusted_job(data: dict[str, Any]) -> JobRecord:
     Like ``model_construct`` (which is slower than validating here) it skips validation;
     tests compare its results with ``model_validate`` on every fixture.
     """
-    obj = JobRecord.__new__(JobRecord)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_JOB_FIELDS))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
+    return TRUSTED_JOB.mapping(data)
 
 
 def with_start_time(job: JobRecord, start: datetime | None) -> JobRecord:
     """``job`` with another start time (Slurm's estimate), without re-validating it."""
     data = dict(job.__dict__)
     data["start_time"] = start
-    return _trusted_job(data)
+    return TRUSTED_JOB.mapping(data)
 
 
 def count_states(jobs: Iterable[JobRecord]) -> dict[str, int]:

@@ -8,12 +8,21 @@ as a third-party format: lines that do not fit are skipped and counted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from federation.core.errors import ParseError
-from federation.parsing.common import RowWarnings, as_text, clean, snippet, split_records
+from federation.core.gcpause import gc_paused
+from federation.parsing.common import (
+    RowWarnings,
+    as_text,
+    clean,
+    cut_line,
+    snippet,
+    split_records,
+)
+from federation.parsing.common import job_id as check_job_id
 from federation.parsing.states import JOB_STATE_TABLE
 from federation.parsing.times import parse_timestamp, zone_suffix
 
@@ -55,28 +64,64 @@ def parse_squeue_start(
     i_reason = fields.index("Reason") if "Reason" in fields else None
     out: dict[str, StartEstimate] = {}
     suffix = zone_suffix(utc_offset_s)
-    for n, row in enumerate(split_records(stdout, len(fields), "squeue --start"), start=1):
-        job_id = row[i_id].strip()
-        if not job_id:
-            raise ParseError(f"squeue --start record {n}: empty job id")
-        text = row[i_start]
-        try:
-            if text == "N/A":
-                start = None
-            elif len(text) == 19 and not utc_offset_s:
-                start = datetime.fromisoformat(text + suffix)
-            else:
-                start = parse_timestamp(text, utc_offset_s)
-        except (ParseError, ValueError) as e:
-            raise ParseError(f"squeue --start record {n} (job {job_id}): {e}") from None
-        out[job_id] = StartEstimate(
-            job_id,
-            row[i_part].strip() if i_part is not None else "",
-            start,
-            clean(row[i_nodes]) if i_nodes is not None else None,
-            clean(row[i_reason]) if i_reason is not None else None,
-        )
+    # partitions, nodes, reasons and start times repeat across pending jobs: each distinct
+    # text is read once and its value shared (a 50 MB queue holds a million estimates)
+    parts: dict[str, str] = {}
+    nodes_: dict[str, str | None] = {}
+    reasons: dict[str, str | None] = {}
+    times: dict[str, datetime | None] = {}
+    with gc_paused():
+        for n, row in enumerate(split_records(stdout, len(fields), "squeue --start"), start=1):
+            job_id = row[i_id]
+            if not (job_id.isdigit() and len(job_id) < 10 and job_id.isascii()):
+                job_id = job_id.strip()
+                if not job_id:
+                    raise ParseError(f"squeue --start record {n}: empty job id")
+                job_id = check_job_id(job_id, f"squeue --start record {n} JOBID")
+            if job_id in out:
+                raise ParseError(
+                    f"squeue --start record {n}: job {job_id} is listed twice: duplicated output"
+                )
+            text = row[i_start]
+            start = times.get(text, _MISS)
+            if start is _MISS:
+                try:
+                    if text == "N/A":
+                        start = None
+                    elif len(text) == 19 and not utc_offset_s:
+                        start = datetime.fromisoformat(text + suffix)
+                    else:
+                        start = parse_timestamp(text, utc_offset_s)
+                except (ParseError, ValueError, OverflowError) as e:
+                    raise ParseError(f"squeue --start record {n} (job {job_id}): {e}") from None
+                if len(times) < 100_000:
+                    times[text] = start
+            part = row[i_part] if i_part is not None else None
+            nodes = row[i_nodes] if i_nodes is not None else None
+            reason = row[i_reason] if i_reason is not None else None
+            out[job_id] = StartEstimate(
+                job_id,
+                _text(parts, part, str.strip) if part is not None else "",
+                start,  # type: ignore[arg-type]
+                _text(nodes_, nodes, clean),
+                _text(reasons, reason, clean),
+            )
     return out
+
+
+_MISS: Any = object()
+
+
+def _text(memo: dict[str, Any], text: str | None, read: Callable[[str], Any]) -> Any:
+    """``read(text)`` (None for None), once per distinct text."""
+    if text is None:
+        return None
+    hit = memo.get(text, _MISS)
+    if hit is _MISS:
+        hit = read(text)
+        if len(memo) < 100_000:
+            memo[text] = hit
+    return hit
 
 
 def parse_squeue_start_default(
@@ -94,6 +139,14 @@ def parse_squeue_start_default(
         for n, ln in enumerate(as_text(text, "squeue --start", notes).split("\n"), start=1)
         if ln.strip()
     ]
+    cut = cut_line(text) if isinstance(text, str) else None
+    if cut is not None and numbered and numbered[-1][0] == cut:
+        notes.add(
+            "cut",
+            f"squeue --start line {cut}: output ends without a newline: last line cut "
+            f"short; skipped: {snippet(numbered[-1][1])}",
+        )
+        numbered = numbered[:-1]
     if numbered and numbered[0][1].split()[:1] == ["JOBID"]:
         numbered = numbered[1:]
     for n, line in numbered:
@@ -120,6 +173,13 @@ def parse_squeue_start_default(
             notes.add("bad start time", f"squeue --start line {n}: {e}")
             continue
         tail = line.split(None, st_at + 4)
+        if parts[0] in out:
+            notes.add(
+                "duplicate",
+                f"squeue --start line {n}: job {parts[0]} is listed twice: duplicated "
+                "output; skipped",
+            )
+            continue
         out[parts[0]] = StartEstimate(
             job_id=parts[0],
             partition=parts[1],

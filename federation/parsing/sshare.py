@@ -15,22 +15,31 @@ service unit of its charge unit (:mod:`federation.core.charge`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from federation.core.charge import AllocationUnit
 from federation.core.errors import ParseError
+from federation.core.gcpause import gc_paused
 from federation.core.snapshot import AllocationScope
 from federation.parsing.common import (
+    NAME,
+    check_errors,
     clean,
+    cut_line,
     field_errors,
+    iter_lines,
+    json_float,
     json_int,
-    json_number,
     json_str,
     load_json,
     snippet,
+    whole,
 )
+from federation.parsing.gres import parse_tres
 
 SSHARE_FIELDS: tuple[str, ...] = (
     "Account",
@@ -47,7 +56,7 @@ SSHARE_FIELDS: tuple[str, ...] = (
 """The ``--format`` fields the probe asks ``sshare`` for, in order."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShareRecord:
     """One association in the fair-share tree."""
 
@@ -74,8 +83,7 @@ class ShareRecord:
 def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareRecord]:
     """``sshare --json`` (data_parser v0.0.40+) -> records in the order Slurm prints them."""
     data = load_json(source, "sshare JSON")
-    if data.get("errors"):
-        raise ParseError(f"sshare JSON reports errors: {snippet(str(data['errors']), 200)}")
+    check_errors(data, "sshare JSON")
     block = data.get("shares")
     rows = block.get("shares") if isinstance(block, Mapping) else None
     if not isinstance(rows, list):
@@ -90,14 +98,20 @@ def parse_sshare_json(source: str | bytes | Mapping[str, Any]) -> list[ShareReco
     return out
 
 
+_NUMBERS = ("shares", "shares_normalized", "usage", "usage_normalized", "effective_usage")
+
+
 def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
-    name = json_str(s.get("name"))
+    name = json_str(s.get("name"), f"{where} name")
     if name is None:
         raise ParseError(f"{where}: no name")
     kinds = s.get("type")
     kind = str(kinds[0] if isinstance(kinds, list) and kinds else kinds or "").lower()
     if kind not in ("user", "association", ""):
         raise ParseError(f"{where} ({name}): type {snippet(str(kinds))} is not USER/ASSOCIATION")
+    nulls = [k for k in _NUMBERS if k in s and s[k] is None]
+    if nulls:  # Slurm writes a number or {"set": false} there, never null
+        raise ParseError(f"{where} ({name}): null where a number belongs: {nulls}")
     fs = s.get("fairshare") if isinstance(s.get("fairshare"), Mapping) else {}
     assert isinstance(fs, Mapping)
     tres = s.get("tres") if isinstance(s.get("tres"), Mapping) else {}
@@ -105,63 +119,103 @@ def _json_share(s: Mapping[str, Any], where: str) -> ShareRecord:
     return ShareRecord(
         name=name,
         kind=kind,
-        parent=json_str(s.get("parent")),
-        cluster=json_str(s.get("cluster")),
-        partition=json_str(s.get("partition")),
+        parent=json_str(s.get("parent"), f"{where} parent"),
+        cluster=json_str(s.get("cluster"), f"{where} cluster"),
+        partition=json_str(s.get("partition"), f"{where} partition"),
         shares=json_int(s.get("shares"), f"{where} shares"),
-        shares_normalized=json_number(s.get("shares_normalized")),
+        shares_normalized=_fraction(s.get("shares_normalized"), f"{where} shares_normalized"),
         usage=json_int(s.get("usage"), f"{where} usage"),
-        usage_normalized=json_number(s.get("usage_normalized")),
-        effective_usage=json_number(s.get("effective_usage")),
-        fairshare_factor=json_number(fs.get("factor")),
-        fairshare_level=json_number(fs.get("level")),
-        grp_cpu_minutes=_json_tres(tres.get("group_minutes"), "cpu"),
-        grp_billing_minutes=_json_tres(tres.get("group_minutes"), "billing"),
+        usage_normalized=_fraction(s.get("usage_normalized"), f"{where} usage_normalized"),
+        effective_usage=_fraction(s.get("effective_usage"), f"{where} effective_usage"),
+        fairshare_factor=_fraction(fs.get("factor"), f"{where} fairshare.factor"),
+        fairshare_level=_level(fs.get("level"), f"{where} fairshare.level"),
+        grp_cpu_minutes=_json_tres(tres.get("group_minutes"), "cpu", where),
+        grp_billing_minutes=_json_tres(tres.get("group_minutes"), "billing", where),
     )
 
 
-def _json_tres(entries: Any, name: str) -> int | None:
+def _json_tres(entries: Any, name: str, where: str) -> int | None:
     """The ``name`` TRES of a JSON TRES list (None when absent or not set)."""
     if not isinstance(entries, list):
         return None
     for e in entries:
         if isinstance(e, Mapping) and e.get("name") == name:
-            return json_int(e.get("value"))
+            return json_int(e.get("value"), f"{where} tres.group_minutes {name}")
     return None
 
 
-def _float(value: str, what: str) -> float | None:
+def _fraction(value: Any, what: str) -> float | None:
+    """A finite JSON number in [0, 1] (a normalized share, usage or a factor: fractions of
+    a whole, so ``1e18`` is damage)."""
+    n = json_float(value, what)
+    if n is not None and not 0 <= n <= 1:
+        raise ParseError(f"{what}: {n} is not a fraction in [0, 1]")
+    return n
+
+
+def _level(value: Any, what: str) -> float | None:
+    """LevelFS: a non-negative number, infinite (Slurm's ``inf``) for no usage at all."""
+    if isinstance(value, float) and value == math.inf:
+        return math.inf
+    if isinstance(value, Mapping) and value.get("infinite") is True:
+        return math.inf
+    return _fraction(value, what)
+
+
+_MISS = object()
+
+
+def _memo(
+    memo: dict[str, object], value: str, where: str, column: str, infinite: bool = False
+) -> float | None:
+    """:func:`_float`, once per distinct text (fractions repeat across rows)."""
+    hit = memo.get(value, _MISS)
+    if hit is _MISS:
+        hit = _float(value, f"{where} {column}", infinite=infinite)
+        if len(memo) < 100_000:
+            memo[value] = hit
+    return hit  # type: ignore[return-value]
+
+
+_DOUBLE = re.compile(r"\d+\.\d{6}")
+"""sshare prints every fraction with ``%f``: six decimals (``0.750000``); fewer is a cut."""
+
+
+def _float(value: str, what: str, *, infinite: bool = False) -> float | None:
+    """A fraction column (``NormShares``, ``FairShare``...): six decimals as sshare prints
+    them, ``inf`` where ``infinite`` (LevelFS of an association without usage)."""
     v = clean(value)
     if v is None:
         return None
-    try:
-        return float(v)
-    except ValueError:
-        raise ParseError(f"{what}: expected a number, got {snippet(value)}") from None
+    if infinite and v == "inf":
+        return math.inf
+    if _DOUBLE.fullmatch(v) is None:
+        raise ParseError(f"{what}: expected a number like 0.500000, got {snippet(value)}")
+    return float(v)
 
 
-def _whole(value: float | None, what: str) -> int | None:
-    if value is None:
-        return None
-    if not math.isfinite(value):
-        raise ParseError(f"{what}: expected a count, got {value}")
-    return int(value)
+def _count(value: str, what: str) -> int | None:
+    """A whole-number column (``RawUsage``, ``RawShares``); empty is None."""
+    v = clean(value)
+    return None if v is None else whole(v, what)
 
 
-def _tres(value: str, name: str) -> int | None:
+def _tres(value: str, name: str, what: str) -> int | None:
     """``cpu=6000,billing=9000,mem=...`` and ``cpu`` -> 6000; None when there is no limit."""
-    for part in (value or "").split(","):
-        key, _, num = part.partition("=")
-        if key.strip() == name and num.strip().isdigit():
-            return int(num)
-    return None
+    num = parse_tres(value).get(name)  # the whole list checked: a glued line is no limit
+    return None if num is None else whole(num, f"{what} {name}")
 
 
 def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> list[ShareRecord]:
     """``sshare --noheader --parsable2 --format=<fields>`` -> records in Slurm's order.
 
     An account row has an empty ``User``; a user row's ``Account`` is its parent. The
-    leading spaces Slurm indents the tree with are dropped.
+    leading spaces Slurm indents the tree with are dropped. Strict, like the probe's other
+    formats: a :class:`ParseError` names the line of a damaged value (``0.7`` for
+    ``0.750000``, ``-25000``), a row listed twice, or a last line without its newline (cut).
+
+    Lazily line by line, and each distinct fraction, account and limit is read once: 50 MB
+    of rows parse in a few seconds.
     """
     if not isinstance(text, str):
         raise ParseError(f"sshare: expected text output, got {type(text).__name__}")
@@ -169,47 +223,123 @@ def parse_sshare_text(text: str, fields: tuple[str, ...] = SSHARE_FIELDS) -> lis
     for need in ("account", "user"):
         if need not in index:
             raise ParseError(f"sshare: the format has no {need.title()} field ({fields})")
+    cut = cut_line(text) or (text.count("\n") + 1 if text and text[-1] != "\n" else None)
+    if cut is not None:
+        raise ParseError(f"sshare line {cut}: output ends without a newline: cut short")
     out: list[ShareRecord] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    with gc_paused():
+        _sshare_rows(text, fields, out)
+    return out
+
+
+def _sshare_rows(text: str, fields: tuple[str, ...], out: list[ShareRecord]) -> None:
+    """The rows of :func:`parse_sshare_text`, appended to ``out``."""
+    index = {f.lower(): i for i, f in enumerate(fields)}
+    nfields = len(fields)
+    # a field the format lacks reads as "" (the column appended to every row below)
+    pick = itemgetter(*(index.get(name.lower(), nfields) for name in SSHARE_FIELDS))
+    append = out.append
+    seen: dict[tuple[str, str | None], int] = {}
+    fractions: dict[str, object] = {}
+    levels: dict[str, object] = {}
+    accounts: dict[str, str] = {}
+    limits: dict[str, tuple[int | None, int | None]] = {}
+    new = ShareRecord
+    for lineno, line in enumerate(iter_lines(text), 1):
+        if not line or line.isspace():
             continue
         cols = line.split("|")
-        if len(cols) != len(fields):
+        if len(cols) != nfields:
             raise ParseError(
-                f"sshare line {lineno}: {len(cols)} fields, expected {len(fields)} "
+                f"sshare line {lineno}: {len(cols)} fields, expected {nfields} "
                 f"({'|'.join(fields)}): {snippet(line)}"
             )
-
-        def col(name: str, cols: list[str] = cols) -> str:
-            i = index.get(name.lower())
-            return cols[i] if i is not None else ""
-
-        where = f"sshare line {lineno}"
-        account = clean(col("Account"))
+        cols.append("")
+        acct, usr, raw_shares, norm_shares, raw_usage, norm_usage, eff_usage, share, level, grp = (
+            pick(cols)
+        )
+        account = accounts.get(acct)
         if account is None:
-            raise ParseError(f"{where}: no account: {snippet(line)}")
-        user = clean(col("User"))
+            account = _row_name(clean(acct), lineno, line, "no account")
+            if len(accounts) < 100_000:
+                accounts[acct] = account
+        user = clean(usr) if usr else None
+        if user is not None:
+            _row_name(user, lineno, line, None)
+        if not raw_usage or raw_usage.isspace():  # sshare prints every row's usage, 0 too
+            raise ParseError(f"sshare line {lineno}: RawUsage is empty")
+        if (not raw_shares or raw_shares.isspace()) and (user is not None or account != "root"):
+            raise ParseError(
+                f"sshare line {lineno}: RawShares is empty (only the root account has none)"
+            )
+        first = seen.setdefault((account, user), lineno)
+        if first != lineno:
+            raise ParseError(
+                f"sshare line {lineno}: {'user ' + user if user else 'account'} of {account} "
+                f"is listed twice (first on line {first}): duplicated output"
+            )
         # "parent": the association takes its parent's share (fairshare=parent)
-        raw_shares = col("RawShares")
-        raw = None if raw_shares.strip() == "parent" else _float(raw_shares, f"{where} RawShares")
-        usage = _float(col("RawUsage"), f"{where} RawUsage")
-        out.append(
-            ShareRecord(
-                name=user or account,
-                kind="user" if user else "association",
-                parent=account if user else None,
-                shares=_whole(raw, f"{where} RawShares"),
-                shares_normalized=_float(col("NormShares"), f"{where} NormShares"),
-                usage=_whole(usage, f"{where} RawUsage"),
-                usage_normalized=_float(col("NormUsage"), f"{where} NormUsage"),
-                effective_usage=_float(col("EffectvUsage"), f"{where} EffectvUsage"),
-                fairshare_factor=_float(col("FairShare"), f"{where} FairShare"),
-                fairshare_level=_float(col("LevelFS"), f"{where} LevelFS"),
-                grp_cpu_minutes=_tres(col("GrpTRESMins"), "cpu"),
-                grp_billing_minutes=_tres(col("GrpTRESMins"), "billing"),
+        if raw_shares.isdigit() and len(raw_shares) < 19 and raw_shares.isascii():
+            shares: int | None = int(raw_shares)
+        elif raw_shares.strip() == "parent":
+            shares = None
+        else:
+            shares = _count(raw_shares, f"sshare line {lineno} RawShares")
+        shares_norm = fractions.get(norm_shares, _MISS)
+        if shares_norm is _MISS:
+            shares_norm = _memo(fractions, norm_shares, f"sshare line {lineno}", "NormShares")
+        if raw_usage.isdigit() and len(raw_usage) < 19 and raw_usage.isascii():
+            usage: int | None = int(raw_usage)
+        else:
+            usage = _count(raw_usage, f"sshare line {lineno} RawUsage")
+        usage_norm = fractions.get(norm_usage, _MISS)
+        if usage_norm is _MISS:
+            usage_norm = _memo(fractions, norm_usage, f"sshare line {lineno}", "NormUsage")
+        effective = fractions.get(eff_usage, _MISS)
+        if effective is _MISS:
+            effective = _memo(fractions, eff_usage, f"sshare line {lineno}", "EffectvUsage")
+        factor = fractions.get(share, _MISS)
+        if factor is _MISS:
+            factor = _memo(fractions, share, f"sshare line {lineno}", "FairShare")
+        lvl = levels.get(level, _MISS)
+        if lvl is _MISS:
+            lvl = _memo(levels, level, f"sshare line {lineno}", "LevelFS", infinite=True)
+        if not grp:
+            cpu_limit = billing_limit = None
+        elif (hit := limits.get(grp)) is not None:
+            cpu_limit, billing_limit = hit
+        else:
+            cpu_limit = _tres(grp, "cpu", f"sshare line {lineno} GrpTRESMins")
+            billing_limit = _tres(grp, "billing", f"sshare line {lineno} GrpTRESMins")
+            if len(limits) < 100_000:
+                limits[grp] = (cpu_limit, billing_limit)
+        append(
+            new(
+                user or account,
+                "user" if user else "association",
+                account if user else None,
+                None,
+                None,
+                shares,
+                shares_norm,  # type: ignore[arg-type]
+                usage,
+                usage_norm,  # type: ignore[arg-type]
+                effective,  # type: ignore[arg-type]
+                factor,  # type: ignore[arg-type]
+                lvl,  # type: ignore[arg-type]
+                cpu_limit,
+                billing_limit,
             )
         )
-    return out
+
+
+def _row_name(name: str | None, lineno: int, line: str, missing: str | None) -> str:
+    """An account or user name of row ``lineno``: one token (``missing`` says why none)."""
+    if name is None:
+        raise ParseError(f"sshare line {lineno}: {missing}: {snippet(line)}")
+    if not (name.isalnum() and len(name) <= 256) and NAME.fullmatch(name) is None:
+        raise ParseError(f"sshare line {lineno}: {snippet(name)} is not an account or user name")
+    return name
 
 
 def allocation_from_shares(

@@ -20,11 +20,12 @@ whitespace instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 
 from federation.core.errors import ParseError
 from federation.parsing.common import RowWarnings, as_text, snippet
+from federation.parsing.lines import LineRows, cut_last, kept_lines
 
 SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 """What ``squeue`` prints without ``-o``/``-O`` (header ``JOBID PARTITION NAME USER ST TIME
@@ -90,16 +91,86 @@ _CODE = re.compile(r"%([.\-]?)(\d*)([A-Za-z%])")
 _DIGITS = re.compile(r"\d+")
 
 
-@dataclass
 class Table:
-    """Rows of strings under named columns, plus what was skipped and why."""
+    """Rows of strings under named columns, plus what was skipped and why.
 
-    columns: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    skipped: int = 0
-    line_numbers: list[int] = field(default_factory=list)
-    """The input line each row came from (parallel to ``rows``)."""
-    notes: RowWarnings = field(default_factory=RowWarnings, repr=False)
+    A table read from a large text by a plain split (one delimiter) keeps where each row's
+    line starts, not the row: a row is split again when read. :meth:`numbered_rows` yields
+    them one at a time; ``rows`` (and ``line_numbers``) make the lists on first use. A
+    50 MB table then costs 16 bytes a row until its rows are asked for as a list, not the
+    ~400 of a list of strings.
+    """
+
+    __slots__ = ("_lazy", "_numbers", "_rows", "columns", "notes", "skipped")
+
+    def __init__(
+        self,
+        columns: list[str],
+        rows: list[list[str]] | None = None,
+        skipped: int = 0,
+        line_numbers: list[int] | None = None,
+        notes: RowWarnings | None = None,
+    ) -> None:
+        self.columns = columns
+        self._rows: list[list[str]] = [] if rows is None else rows
+        self.skipped = skipped
+        self._numbers: list[int] = [] if line_numbers is None else line_numbers
+        """The input line each row came from (parallel to ``rows``)."""
+        self.notes = RowWarnings() if notes is None else notes
+        self._lazy: LineRows | None = None
+
+    def __repr__(self) -> str:
+        return f"Table(columns={self.columns!r}, rows={self.row_count}, skipped={self.skipped})"
+
+    @property
+    def rows(self) -> list[list[str]]:
+        """Every row, as a list (made on first use for a table that kept its lines)."""
+        self._materialize()
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: list[list[str]]) -> None:
+        self._materialize()
+        self._rows = rows
+
+    @property
+    def line_numbers(self) -> list[int]:
+        """The input line each row came from (parallel to ``rows``)."""
+        self._materialize()
+        return self._numbers
+
+    @line_numbers.setter
+    def line_numbers(self, numbers: list[int]) -> None:
+        self._materialize()
+        self._numbers = numbers
+
+    @property
+    def row_count(self) -> int:
+        return len(self._lazy) if self._lazy is not None else len(self._rows)
+
+    def _materialize(self) -> None:
+        lazy = self._lazy
+        if lazy is not None:
+            self._lazy = None
+            self._rows = [row for _, row in lazy.numbered()]
+            self._numbers = lazy.numbers()
+
+    def numbered_rows(self) -> Iterator[tuple[int, list[str]]]:
+        """(input line, row) for every row, one at a time (without making ``rows``)."""
+        if self._lazy is not None:
+            return self._lazy.numbered()
+        return zip(self.row_lines(), self._rows, strict=True)
+
+    def row_lines(self) -> list[int]:
+        """The input line of every row (without splitting any)."""
+        if self._lazy is not None:
+            return self._lazy.numbers()
+        numbers = self._numbers
+        return [numbers[i] if i < len(numbers) else i + 1 for i in range(len(self._rows))]
+
+    def row(self, i: int) -> list[str]:
+        """Row ``i`` (split again from its line when the table kept lines)."""
+        return self._lazy.row(i) if self._lazy is not None else self._rows[i]
 
     @property
     def warnings(self) -> list[str]:
@@ -112,11 +183,13 @@ class Table:
 
     def line_of(self, row: int) -> int:
         """The input line of ``rows[row]`` (its 1-based position when not recorded)."""
-        return self.line_numbers[row] if row < len(self.line_numbers) else row + 1
+        if self._lazy is not None:
+            return self._lazy.line_of(row)
+        return self._numbers[row] if row < len(self._numbers) else row + 1
 
     def fail_if_nothing_fit(self, what: str, first_bad: tuple[int, str] | None) -> None:
         """Every line was skipped: not a damaged row but the wrong format; say where."""
-        if not self.rows and first_bad is not None and self.skipped:
+        if not self.row_count and first_bad is not None and self.skipped:
             line_no, line = first_bad
             reasons = "; ".join(self.notes.lines()[:3])
             raise ParseError(
@@ -127,7 +200,7 @@ class Table:
     def dicts(self) -> list[dict[str, str]]:
         """Rows as dicts (first column wins when a header repeats a name)."""
         out = []
-        for row in self.rows:
+        for _, row in self.numbered_rows():
             d: dict[str, str] = {}
             for k, v in zip(self.columns, row, strict=True):
                 d.setdefault(k, v)
@@ -135,22 +208,18 @@ class Table:
         return out
 
 
-def _lines(text: str) -> list[tuple[int, str]]:
-    return [
-        (n, line.rstrip("\r"))
-        for n, line in enumerate(text.split("\n"), start=1)
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
+CUT = "output ends without a newline: last line cut short"
+"""Why the last line of an output without its final newline is skipped."""
 
 
-def _trailing_by_majority(body: list[tuple[int, str]], delimiter: str, n: int) -> bool:
+def _trailing_by_majority(body: Iterable[tuple[int, int, str]], delimiter: str, n: int) -> bool:
     """Without a header: do most lines carry n fields plus a trailing delimiter?
 
     Lines are counted, not required to agree, so a truncated line (or a ``-P`` row whose
     last field is empty) cannot flip the decision for the whole table.
     """
     trailing = plain = 0
-    for _, line in body:
+    for _, _, line in body:
         c = line.count(delimiter)
         if c == n and line.endswith(delimiter):
             trailing += 1
@@ -175,26 +244,33 @@ def parse_delimited(
     or without one from the majority of lines, unless ``trailing_delimiter`` says. Lines
     with the wrong number of fields, or without the trailing delimiter the table has (cut
     short), are skipped and counted; :class:`ParseError` when no line fits.
+
+    The table keeps where each row's line starts (:class:`Table`): the text is read line
+    by line and no row is split until it is read.
     """
     if not delimiter:
         raise ValueError("delimiter must not be empty")
     notes = RowWarnings()
-    lines = _lines(as_text(text, "delimited table", notes))
+    raw = as_text(text, "delimited table", notes)
+    cut_at = cut_last(raw)
     head: str | None = None
-    if columns is None:
-        if not lines:
+    after = 0  # the header's line
+    if columns is None or header:
+        first = next(kept_lines(raw, cut_at), None)
+        if first is None and columns is None:
+            if cut_at is not None:
+                raise ParseError(f"delimited table line {cut_at[0]}: {CUT} (the header)")
             raise ParseError("delimited table: no header line")
-        head, body = lines[0][1], lines[1:]
-    elif header and lines:
-        head, body = lines[0][1], lines[1:]
-    else:
-        body = lines
+        if first is not None:
+            after, _, head = first
     if trailing_delimiter is None:
         if head is not None:
             trailing_delimiter = head.endswith(delimiter)
         else:
             assert columns is not None
-            trailing_delimiter = _trailing_by_majority(body, delimiter, len(columns))
+            trailing_delimiter = _trailing_by_majority(
+                kept_lines(raw, cut_at), delimiter, len(columns)
+            )
     cut = len(delimiter)
     if columns is None:
         assert head is not None
@@ -205,25 +281,49 @@ def parse_delimited(
         cols = list(columns)
     table = Table(columns=cols, notes=notes)
     n = len(cols)
-    rows, numbers = table.rows, table.line_numbers
-    first_bad: tuple[int, str] | None = None
-    for line_no, line in body:
+
+    def why(line: str) -> str | None:
         if trailing_delimiter:
             if not line.endswith(delimiter):
-                table.skip(line_no, f"no trailing {delimiter!r}: line cut short", line)
-                first_bad = first_bad or (line_no, line)
-                continue
-            parts = line[:-cut].split(delimiter)
+                return f"no trailing {delimiter!r}: line cut short"
+            fields = line.count(delimiter, 0, len(line) - cut) + 1
         else:
-            parts = line.split(delimiter)
-        if len(parts) != n:
-            table.skip(line_no, f"expected {n} fields, got {len(parts)}", line)
-            first_bad = first_bad or (line_no, line)
-            continue
-        rows.append(parts)
-        numbers.append(line_no)
+            fields = line.count(delimiter) + 1
+        return None if fields == n else f"expected {n} fields, got {fields}"
+
+    if cut_at is not None:
+        table.skip(cut_at[0], CUT, cut_at[1])
+    kept = LineRows(raw, delimiter, 0, cut if trailing_delimiter else 0)
+    seps = n - 1 if n > 1 and (cut == 1 or not trailing_delimiter) else 0
+    first_bad = _scan(table, kept, raw, after, cut_at, why, seps, bool(trailing_delimiter))
     table.fail_if_nothing_fit("delimited table", first_bad)
     return table
+
+
+def _scan(
+    table: Table,
+    kept: LineRows,
+    raw: str,
+    after: int,
+    cut: tuple[int, str] | None,
+    why: Callable[[str], str | None],
+    seps: int,
+    trailing: bool,
+) -> tuple[int, str] | None:
+    """Read the lines past line ``after`` into ``kept`` (:meth:`LineRows.scan`), skipping
+    those that do not fit; the first of them, or None."""
+    start = 0
+    for _ in range(after):  # past the header (a few lines at most)
+        start = raw.find("\n", start) + 1
+    # the lines end before the cut last line, or the final newline
+    stop = raw.rfind("\n") if cut is not None or raw.endswith("\n") else len(raw)
+    first_bad: tuple[int, str] | None = None
+    if after == 0 or start > 0:
+        for line_no, reason, line in kept.scan(start, stop, after + 1, why, seps, trailing):
+            table.skip(line_no, reason, line)
+            first_bad = first_bad or (line_no, line)
+    table._lazy = kept
+    return first_bad
 
 
 def _format_spec(fmt: str) -> tuple[list[str], list[str], list[int | None]]:
@@ -353,19 +453,46 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
     )
     words = spaced and any(w is not None for w in widths)  # padding: split at whitespace
     table = Table(columns=cols)
-    lines = _lines(as_text(text, "squeue -o table", table.notes))
-    if lines:
-        first = lines[0][1]
+    raw = as_text(text, "squeue -o table", table.notes)
+    cut = cut_last(raw)
+    lines = kept_lines(raw, cut)
+    if cut is not None:
+        table.skip(cut[0], CUT, cut[1])
+    first = next(lines, None)
+    after = 0
+    if first is not None:
         is_header = header
         if is_header is None:
-            rest = first[len(prefix) :] if prefix and first.startswith(prefix) else first
+            line = first[2]
+            rest = line[len(prefix) :] if prefix and line.startswith(prefix) else line
             is_header = _is_header(rest, cols, layout)
-        if is_header:
-            lines = lines[1:]
+        if not is_header:
+            lines = chain((first,), lines)
+        else:
+            after = first[0]
     n = len(cols)
-    rows, numbers = table.rows, table.line_numbers
     first_bad: tuple[int, str] | None = None
-    for line_no, line in lines:
+    if not spaced and len(set(inner)) == 1 and "".join(inner).count(inner[0]) == n - 1:
+        # one separator between every two fields (``%i;%t;%D``): a line fits when it holds
+        # it once between each two fields; rows are kept as lines, split when read
+        sep, lo, hi = inner[0], len(prefix), len(suffix)
+
+        def why(line: str) -> str | None:
+            if prefix and not line.startswith(prefix):
+                return f"does not start with {prefix!r}"
+            if suffix and (len(line) < lo + hi or not line.endswith(suffix)):
+                return f"does not end with {suffix!r}"
+            # more separators: a field holds one (more fields than the format: glued lines)
+            return None if line.count(sep, lo, len(line) - hi) == n - 1 else f"expected {n} fields"
+
+        kept = LineRows(raw, sep, lo, hi)
+        count = 0 if prefix or suffix else n - 1
+        first_bad = _scan(table, kept, raw, after, cut, why, count, False)
+        table.fail_if_nothing_fit("squeue -o table", first_bad)
+        return table
+    sep_count = [] if spaced else [(s, "".join(inner).count(s)) for s in set(inner) if s.strip()]
+    rows, numbers = table.rows, table.line_numbers
+    for line_no, _, line in lines:
         rest = line
         if prefix:
             if not rest.startswith(prefix):
@@ -393,6 +520,11 @@ def parse_format_output(text: str | bytes, fmt: str, *, header: bool | None = No
                 first_bad = first_bad or (line_no, line)
                 continue
         elif values is None:
+            if any(rest.count(s) != c for s, c in sep_count):
+                # a field holds a separator (more fields than the format: a glued line)
+                table.skip(line_no, f"expected {n} fields", line)
+                first_bad = first_bad or (line_no, line)
+                continue
             values = []
             for sep in inner:
                 head, found, rest = rest.partition(sep)

@@ -12,7 +12,9 @@ numbers in MB.
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta, timezone
+from functools import cache
 from typing import Literal
 
 from federation.core.errors import ParseError
@@ -20,6 +22,14 @@ from federation.parsing.common import NULLISH, snippet
 
 UNLIMITED_WORDS = frozenset({"unlimited", "infinite"})
 _NONE_DURATIONS = frozenset({*NULLISH, "invalid", "partition_limit"})
+
+
+MAX_DURATION_S = (2**32 - 1) * 60
+"""Slurm keeps time limits as 32-bit minutes: a longer duration is damage."""
+_MAX_DAYS = MAX_DURATION_S // 86400
+ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)?")
+"""Slurm's standard time (``datetime.fromisoformat`` alone reads ``00:-21:42`` as a time)."""
+_FRACTION = re.compile(r"\d{1,2}\.\d{1,9}")
 
 
 def is_unlimited(text: str | None) -> bool:
@@ -46,12 +56,16 @@ def parse_duration(text: str | None) -> int | None:
         # fractional seconds appear in a few sacct columns (e.g. 00:00:01.234)
         try:
             *hm, sec = parts
-            if len(hm) > 2 or not all(p.isdigit() for p in hm):
+            if len(hm) > 2 or not all(p.isdigit() for p in hm) or not _FRACTION.fullmatch(sec):
                 raise ValueError
             parts = [*hm, str(math.floor(float(sec)))]
         except ValueError:
             raise ParseError(f"duration {snippet(t)}: expected [D-]HH:MM:SS") from None
+    if days > _MAX_DAYS or any(len(p) > 10 for p in parts):
+        raise ParseError(f"duration {snippet(t)}: out of range")
     nums = [int(p) for p in parts]
+    if len(nums) > 1 and any(n > 59 for n in nums[1:]):
+        raise ParseError(f"duration {snippet(t)}: minutes or seconds past 59")
     if days or "-" in t:
         # D-HH, D-HH:MM, D-HH:MM:SS
         h, m, s = [*nums, 0, 0][:3]
@@ -61,7 +75,10 @@ def parse_duration(text: str | None) -> int | None:
         h, m, s = 0, nums[0], nums[1]
     else:
         h, m, s = 0, nums[0], 0  # bare minutes
-    return ((days * 24 + h) * 60 + m) * 60 + s
+    total = ((days * 24 + h) * 60 + m) * 60 + s
+    if total > MAX_DURATION_S:
+        raise ParseError(f"duration {snippet(t)}: out of range")
+    return total
 
 
 def zone(utc_offset_s: float | None) -> timezone:
@@ -73,6 +90,7 @@ def zone(utc_offset_s: float | None) -> timezone:
 _ZERO = timedelta(0)
 
 
+@cache
 def zone_suffix(utc_offset_s: float | None) -> str:
     """``+HH:MM`` for a UTC offset in seconds."""
     off = int(utc_offset_s or 0)
@@ -88,6 +106,8 @@ def parse_timestamp(text: str | None, utc_offset_s: float | None = 0) -> datetim
     t = text.strip()
     if t.lower() in NULLISH or t == "0":
         return None
+    if ISO_TIME.fullmatch(t) is None:
+        raise ParseError(f"timestamp {snippet(t)}: expected YYYY-MM-DDTHH:MM:SS")
     try:
         # appending the zone is ~5x faster than parsing then .replace(tzinfo=...)
         dt = datetime.fromisoformat(t + zone_suffix(utc_offset_s) if len(t) == 19 else t)
@@ -98,10 +118,20 @@ def parse_timestamp(text: str | None, utc_offset_s: float | None = 0) -> datetim
     return dt if dt.utcoffset() == _ZERO else dt.astimezone(UTC)
 
 
-def epoch(value: float | None) -> datetime | None:
-    """Epoch seconds (JSON) -> aware UTC datetime; 0 and None are None."""
-    if not value or value < 0:
+MAX_EPOCH_S = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second a datetime holds: a later time is damage."""
+
+
+def epoch(value: float | None, what: str = "time") -> datetime | None:
+    """Epoch seconds (JSON) -> aware UTC datetime; 0 and None are None.
+
+    A negative time or one past year 9999 is a :class:`ParseError` naming ``what`` (not
+    the ``OSError``/``ValueError``/``OverflowError`` the conversion would raise).
+    """
+    if value is None or value == 0:
         return None
+    if not 0 < value <= MAX_EPOCH_S:  # NaN too
+        raise ParseError(f"{what}: epoch time {value!r} is out of range")
     return datetime.fromtimestamp(value, tz=UTC)
 
 

@@ -37,6 +37,7 @@ from federation.placement.classes import (
     no_match_reason,
     spare_gpu_mem_gb,
 )
+from federation.placement.qos import live_class
 from federation.placement.stagein import DEFAULT_BANDWIDTH_MB_S as DEFAULT_BANDWIDTH_MB_S
 from federation.placement.stagein import TransferRates as TransferRates
 from federation.placement.stagein import stage_in_estimate as stage_in_estimate
@@ -163,8 +164,11 @@ def validate_envelope(envelope: ResourceEnvelope, sites: Sequence[SiteSpec]) -> 
         raise BadEnvelopeError(f"unknown QOS {bad}; the federation has: {sorted(qos)}")
 
 
-def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) -> Shape | str:
-    """The smallest shape of ``envelope`` that ``part`` can host, or why none fits."""
+def shape_in(
+    envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec, wall_why: str | None = None
+) -> Shape | str:
+    """The smallest shape of ``envelope`` that ``part`` can host, or why none fits (over
+    the walltime limit: ``wall_why`` if given, where the limit is its QOS's live one)."""
     if envelope.sites and site.name not in envelope.sites:
         return "excluded by the envelope's site list"
     if envelope.partitions and not any(
@@ -202,7 +206,7 @@ def shape_in(envelope: ResourceEnvelope, site: SiteSpec, part: PartitionSpec) ->
     if envelope.nodes > part.max_nodes:
         return f"{part.max_nodes} nodes per job < {envelope.nodes} needed"
     if envelope.walltime_s > part.max_walltime_s:
-        return f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
+        return wall_why or f"max walltime {part.max_walltime_s} s < {envelope.walltime_s} s needed"
     return Shape(
         site=site.name,
         partition=part.name,
@@ -532,10 +536,13 @@ def enumerate_candidates(
             )
             continue
         stage_s, stage_why = stage_in_estimate(envelope, spec.name, rates)
-        for part in spec.partitions:
-            shape = shape_in(envelope, spec, part)
-            if isinstance(shape, str):
-                rejected.append(Rejection(site=spec.name, partition=part.name, reason=shape))
+        for described in spec.partitions:
+            live = live_class(spec, described, snap)  # its QOS's live limits hold
+            part = live.cls
+            shape = shape_in(envelope, spec, part, live.wall_reason(envelope.walltime_s))
+            if isinstance(shape, str) or live.refusal:
+                reason = shape if isinstance(shape, str) else str(live.refusal)
+                rejected.append(Rejection(site=spec.name, partition=part.name, reason=reason))
                 continue
             view = class_view(snap, part)
             if view is None:
@@ -574,7 +581,9 @@ def enumerate_candidates(
                         spare_gpu_mem_gb=spare_gpu_mem_gb(part, envelope),
                         pending_jobs=psnap.jobs_pending,
                         partition_nodes=psnap.nodes_total,
-                        why="; ".join(w for w in (chosen_class, why, stage_why, cost) if w),
+                        why="; ".join(
+                            w for w in (chosen_class, live.note, why, stage_why, cost) if w
+                        ),
                         stage_in_s=stage_s,
                         charge=charge,
                         charge_unit=part.charge_unit,

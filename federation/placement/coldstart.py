@@ -50,6 +50,7 @@ from federation.core.snapshot import FederationSnapshot
 from federation.core.spec import SiteSpec
 from federation.placement.candidates import Candidate
 from federation.placement.overlay import OWN_JOB_PREFIX
+from federation.placement.qos import live_class
 
 __all__ = [
     "DEFAULT_BLOCK_IDLE_S",
@@ -321,12 +322,14 @@ class ColdStart:
         c: Candidate, open_tasks: int, spec: SiteSpec | None, snapshot: FederationSnapshot
     ) -> int:
         """Blocks the shape's open tasks run on: as many as they are, up to the partition's
-        per-user job limit (the engine's ``max_blocks``) and to what fits in it at once."""
+        per-user job limit (the engine's ``max_blocks``; its QOS's live one where the probe
+        read it, :mod:`~federation.placement.qos`) and to what fits in it at once."""
         limit = DEFAULT_MAX_BLOCKS
         part = next((p for p in spec.partitions if p.name == c.partition), None) if spec else None
-        if part is not None:
-            limit = part.max_running_jobs_per_user or part.max_submitted_jobs_per_user or limit
         site = snapshot.site(c.site)
+        if part is not None and spec is not None:
+            part = live_class(spec, part, site).cls  # its QOS's live MaxJobsPU/MaxSubmitPU
+            limit = part.max_running_jobs_per_user or part.max_submitted_jobs_per_user or limit
         psnap = site.partition(c.partition) if site is not None else None
         if psnap is not None and psnap.cpus_total:
             limit = min(limit, psnap.cpus_total // max(1, c.shape.cpus * c.shape.nodes))

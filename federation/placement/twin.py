@@ -20,6 +20,7 @@ jobs are placed by the simulator's own node choice, which can differ.
 from __future__ import annotations
 
 import random
+import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,41 @@ _TwinKey = tuple[str, datetime, int, float, str]
 """(site, snapshot time, jobs in it, usage quantile, partition)."""
 _Order = tuple[list[JobRecord], list[JobRecord]]
 _WaitKey = tuple[str, datetime, int, float, _ProbeKey]
+
+
+_asked = threading.local()
+
+
+def asked_shapes(
+    envelope: ResourceEnvelope,
+    sites: Sequence[SiteSpec],
+    snapshot: FederationSnapshot,
+    now: datetime,
+    ladder: bool,
+) -> list[tuple[SiteSnapshot, Shape]]:
+    """Every (site, shape) a decision on ``envelope`` asks a wait for, in the order asked.
+
+    The enumeration runs once per decision: the last answer is kept (per thread) for the
+    same objects, as a decision's twin and its :class:`~federation.placement.guard.WaitBound`
+    both ask before it ranks."""
+    key = (envelope, tuple(sites), snapshot, now, ladder)
+    last = getattr(_asked, "last", None)
+    if last is not None and len(last[0][1]) == len(key[1]):
+        k = last[0]
+        same = k[0] is key[0] and k[2] is key[2] and k[3] == key[3] and k[4] == key[4]
+        if same and all(a is b for a, b in zip(k[1], key[1], strict=True)):
+            return list(last[1])
+    out: list[tuple[SiteSnapshot, Shape]] = []
+
+    def record(
+        shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, _now: datetime
+    ) -> tuple[float, float, str]:
+        out.append((site, shape))
+        return 0.0, 0.0, ""
+
+    enumerate_candidates(envelope, sites, snapshot, now, record, None, ladder)
+    _asked.last = (key, tuple(out))
+    return out
 
 
 class TwinPredictor:
@@ -345,14 +381,8 @@ class TwinPredictor:
         memo that :meth:`wait` reads, so the decision itself is unchanged.
         """
         asked: dict[str, tuple[SiteSnapshot, dict[_ProbeKey, Shape]]] = {}
-
-        def record(
-            shape: Shape, part: PartitionSnapshot, site: SiteSnapshot, _now: datetime
-        ) -> tuple[float, float, str]:
+        for site, shape in asked_shapes(envelope, sites, snapshot, now, ladder):
             asked.setdefault(site.site, (site, {}))[1].setdefault(self._probe_key(shape), shape)
-            return 0.0, 0.0, ""
-
-        enumerate_candidates(envelope, sites, snapshot, now, record, None, ladder)
         for site, shapes in asked.values():
             by_part: dict[str, list[tuple[_ProbeKey, Shape]]] = {}
             for k, sh in shapes.items():

@@ -26,7 +26,7 @@ from federation.core.tasks import ShellTask, TaskSpec, check_serializable
 from federation.core.workspace import PathBase, storage_path
 from federation.placement.candidates import PlacementDecision
 from federation.placement.decide import place
-from federation.placement.drafting import EnvelopeDraft, TaskHints, draft_envelope
+from federation.placement.drafting import EnvelopeDraft, Proposal, TaskHints, draft_envelope
 from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
 from federation.placement.overlay import with_own_jobs
@@ -198,13 +198,11 @@ class Coordinator:
         return self._probe(list(self.backends))
 
     def _probe(self, names: list[str]) -> FederationSnapshot:
-        """Probe ``names`` now (:meth:`Freshness.probe
-        <federation.runtime.freshness.Freshness.probe>`; tests' in-process sites replace it)."""
+        """Probe ``names`` now (``Freshness.probe``; tests' in-process sites replace it)."""
         return self._probing.probe(names)
 
     def probe_ahead(self) -> None:
-        """Start a probe round in the background (at connect): the first submission then
-        finds its snapshot, or waits for this round rather than start one of its own."""
+        """Start a probe round in the background (at connect), for the first submission."""
         self._probing.start()
 
     def snapshot(
@@ -315,9 +313,13 @@ class Coordinator:
         self.learned.ran(h.label or h.code_hash, h.shape, h.runtime_s)
 
     # --- draft_envelope / cancel ----------------------------------------------------------
-    def draft_envelope(self, description: str, hints: TaskHints | None = None) -> EnvelopeDraft:
-        """Propose an envelope for a described task, validated against these sites."""
-        return draft_envelope(description, [b.spec for b in self.backends.values()], hints)
+    def draft_envelope(
+        self, description: str, hints: TaskHints | None = None, proposal: Proposal | None = None
+    ) -> EnvelopeDraft:
+        """An envelope for a described task (or ``proposal``), validated against these sites."""
+        return draft_envelope(
+            description, [b.spec for b in self.backends.values()], hints, None, proposal
+        )
 
     def cancel(self, handle: TaskHandle | str, reason: str = "cancelled by request") -> bool:
         """Cancel a task that has not started running; False if it cannot be cancelled.
@@ -515,17 +517,17 @@ class Coordinator:
         deadline_s: float | None = None,
         on_event: EventCallback | None = None,
         caller: str = LOCAL_CALLER,
-        paths: PathBase = "storage",
+        paths: PathBase = "workspace",
         workflow: str | None = None,
     ) -> TransferHandle:
         """Copy a file or folder from one site's storage to another's; returns at once.
 
-        ``paths="storage"``: paths are relative to each site's storage root (a path into
-        another caller's workspace is refused). ``paths="workspace"``: relative to
-        ``caller``'s workspace there (``workflow``'s, when given), where their tasks run and
-        the paths in a result's ``outputs`` are relative to. The transfer is recorded before
-        this returns; ``transfer.submitted``, ``transfer.progress`` and then
-        ``transfer.completed`` or ``transfer.failed`` (with the reason) follow as events.
+        ``paths="workspace"`` (the default, as over the service, MCP and CLI): relative to
+        ``caller``'s workspace on each site (``workflow``'s, when given), as a result's
+        ``outputs`` name files: pass an output's path unchanged. ``paths="storage"``:
+        relative to each site's storage root (shared data; another caller's workspace is
+        refused). The transfer is recorded before this returns; ``transfer.submitted``,
+        ``transfer.progress``, then ``transfer.completed`` or ``transfer.failed`` follow.
         Unknown sites, paths outside a storage root and a missing source raise a
         :class:`~federation.core.errors.TransferError` (or :class:`UnknownSiteError`) before
         anything is copied. ``caller`` owns the transfer (its events go to their log).
@@ -554,10 +556,12 @@ class Coordinator:
     # --- callbacks from the sites (:mod:`federation.runtime.reports`) -----------------------
     def notify_started(self, compute_task_id: str, slurm_job_id: str | None) -> None:
         """A site reports a task running (its batch job started and picked it up)."""
-        self._reports.notify_started(compute_task_id, slurm_job_id)
+        if not self.closed:
+            self._reports.notify_started(compute_task_id, slurm_job_id)
 
     def _on_done(self, handle: TaskHandle, fut: Future[Any]) -> None:
-        self._reports.on_done(handle, fut)
+        if not self.closed:  # else the store is shut: the next coordinator re-attaches it
+            self._reports.on_done(handle, fut)
 
     # --- lifetime ----------------------------------------------------------------------------
     def own(self, *resources: Store | Telemetry | None) -> None:

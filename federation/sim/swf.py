@@ -9,7 +9,6 @@ by the same rules (processor counts as nodes or cores, unknown run times and siz
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import math
 from collections import Counter
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from federation.core.gcpause import gc_paused
 from federation.sim.trace_files import _iter_lines, _read_all
 from federation.sim.trace_model import Trace, TraceFormatError, TraceJob
 
@@ -54,18 +54,6 @@ _SWF_STATUS = {
     4: "partial",
     5: "cancelled",
 }
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many small tuples (halves CEA-Curie's load time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass
@@ -237,7 +225,7 @@ def load_swf(
         partitions=partitions,
         skipped=skipped,
     )
-    with _gc_paused():
+    with gc_paused():
         for job in it:
             jobs.append(job)
             if limit is not None and len(jobs) + sum(skipped.values()) >= limit:
@@ -385,5 +373,5 @@ def _swf_jobs_from_array(
         none,  # name
         strict=True,
     )
-    with _gc_paused():
+    with gc_paused():
         return tuple(map(make, rows))

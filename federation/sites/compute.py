@@ -191,7 +191,8 @@ class ComputeSite:
         """The service holds a task for an endpoint that is away until it returns: a probe
         would wait out its timeout, so ask the endpoint's status first. An "online" answer
         stands for ``online_ttl_s`` (a status request per probe round would spend the
-        service's request rate on asking); any other is asked again next time."""
+        service's request rate on asking), and so does a probe's answer: the endpoint that
+        just answered one is online (:meth:`_answered`). Any other answer is asked again."""
         at = self._online_at
         if not refresh and at is not None and time.monotonic() - at < self.online_ttl_s:
             return
@@ -214,16 +215,25 @@ class ComputeSite:
         self._ensure_online()
         ex = self.executor({"profile": "probe"})
         fut: Future[dict[str, Any]]
+        # through the client's registrar: the probe function is registered once for every
+        # site (each site's executor registered it itself before: a request per site)
         if self._probe_fn is not None:
-            fut = ex.submit(self._probe_fn)
+            fut = self._registrar.submit(ex, self._probe_fn, (), {})
         else:  # the accounts for sshare; the budgets are echoed back for the snapshot
-            fut = ex.submit(
-                probe_slurm,
-                accounts=list(self.accounts),
-                budgets=dict(self.budgets) or None,
-                storage_root=self.storage_root,
-            )
+            kwargs = {
+                "accounts": list(self.accounts),
+                "budgets": dict(self.budgets) or None,
+                "storage_root": self.storage_root,
+            }
+            fut = self._registrar.submit(ex, probe_slurm, (), kwargs)
+        fut.add_done_callback(self._answered)
         return fut
+
+    def _answered(self, fut: Future[Any]) -> None:
+        """A probe that came back is the endpoint's word that it is online (no status
+        request needed until ``online_ttl_s`` after it)."""
+        if not fut.cancelled() and fut.exception() is None:
+            self._online_at = time.monotonic()
 
     def submit(self, task: TaskSpec, shape: Shape, tag: str | None = None) -> Future[Any]:
         """Ship ``task`` with its shape's config; where tasks are withdrawn by claim, it

@@ -34,14 +34,14 @@ def main() -> None:
     home = Path(sys.argv[1])
     if sys.argv[3:4] == ["recover"]:
         print("CONNECTING", flush=True)
-        LocalSites(home=home).connect(durable=True, telemetry=False)
+        LocalSites(home=home).connect(durable=True, telemetry=False, probe_timeout_s=120)
         print("CONNECTED", flush=True)
         time.sleep(3600)
         return
     work = [float(x) for x in sys.argv[2].split(",")]
     as_group = len(sys.argv) > 3 and sys.argv[3] == "group"
     local = LocalSites(home=home)
-    coord = local.connect(durable=True, telemetry=False)
+    coord = local.connect(durable=True, telemetry=False, probe_timeout_s=120)  # cold probes
     if len(sys.argv) > 3 and sys.argv[3] in ("shell", "paced", "burst"):
         sites, out = sys.argv[4].split(","), Path(sys.argv[5])
         paced = sys.argv[3] in ("paced", "burst")

@@ -38,7 +38,7 @@ def main() -> None:
     # the fault, injected in this process only
     local_copy._Copy._progress = progress_then_die  # type: ignore[method-assign]
     coord = Coordinator([], store=Store(home / "coordinator.db"))
-    coord.move_data(src_site, src_path, dst_site, dst_path, label="crash test")
+    coord.move_data(src_site, src_path, dst_site, dst_path, label="crash test", paths="storage")
     time.sleep(600)
     print("NOT KILLED", flush=True)
 

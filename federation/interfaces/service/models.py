@@ -19,7 +19,7 @@ from federation.core.model import Frozen
 from federation.core.snapshot import FederationSnapshot
 from federation.core.workspace import OutputFile, PathBase, workspace_rel
 from federation.placement.candidates import PlacementDecision
-from federation.placement.drafting import TaskHints
+from federation.placement.drafting import Proposal, TaskHints
 from federation.runtime.dry_run import DryRun, JobPreview
 from federation.runtime.events import Event, EventKind
 from federation.runtime.group_inputs import ChildNeed, check_needs
@@ -45,6 +45,12 @@ class DraftRequest(Frozen):
 
     description: str = Field(min_length=1, max_length=10_000)
     hints: TaskHints | None = None
+    proposal: Proposal | None = Field(
+        default=None,
+        description="an envelope proposed elsewhere (the MCP client's model), validated "
+        "against the sites instead of drafting by rules; one naming what no site has falls "
+        "back to the rules",
+    )
 
 
 class TaskRequest(Frozen):

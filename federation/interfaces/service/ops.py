@@ -152,7 +152,7 @@ class LocalOps(GroupOps, TransferOps, EventOps):
 
     def draft(self, req: DraftRequest) -> EnvelopeDraft:
         try:
-            return self.coord.draft_envelope(req.description, req.hints)
+            return self.coord.draft_envelope(req.description, req.hints, req.proposal)
         except Exception as e:
             raise translate(e) from e
 

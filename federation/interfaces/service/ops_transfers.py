@@ -42,7 +42,7 @@ class _Mover(Protocol):
         verify_checksum: bool = True,
         deadline_s: float | None = None,
         caller: str = LOCAL_CALLER,
-        paths: PathBase = "storage",
+        paths: PathBase = "workspace",
         workflow: str | None = None,
     ) -> TransferLike: ...
 
