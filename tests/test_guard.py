@@ -8,17 +8,9 @@ from test_placement import NOW, SPECS, _fed
 
 from federation.core.envelope import ResourceEnvelope, Shape
 from federation.core.snapshot import PartitionSnapshot, SiteSnapshot
-from federation.placement.budget import HedgeBudget
-from federation.placement.candidates import Candidate, PlacementDecision
+from federation.placement.candidates import Candidate
 from federation.placement.learned import BOUND_WEIGHT, auto_policy
-from federation.placement.policies import (
-    Watch,
-    copy_cost_s,
-    hedge_gain_s,
-    twin,
-    twin_hedge,
-    twin_watch,
-)
+from federation.placement.policies import copy_cost_s, hedge_gain_s, twin, twin_hedge
 
 GPU = ResourceEnvelope(gpus_min=4, gpus_max=4, gpu_types=("a100",), cpus_min=16, mem_gb_min=64)
 
@@ -135,38 +127,3 @@ def test_a_copy_is_charged_for_as_long_as_slurms_plan_says_it_may_hold_its_place
     assert copy_cost_s(600.0, cheap) < hedge_gain_s(best, cheap)
     assert pol._hedges([best, cheap]) == ()
 
-
-class _Offers(HedgeBudget):
-    """A budget that buys every copy and records the gain it was offered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[float] = []
-
-    def offer(self, gain_s: float) -> bool:
-        self.seen.append(gain_s)
-        return True
-
-
-def test_a_watch_copy_is_offered_at_the_smaller_of_the_twins_gain_and_the_plans() -> None:
-    # held at delta (twin 600 s, plan 30,000 s), queued 10,600 s: 10,000 s late there. A
-    # fresh copy at anvil: the twin finishes it 8,600 s sooner, Slurm's plan 1,000 s sooner
-    held = _cand("delta", 600.0, 30_000.0)
-    first = PlacementDecision(
-        policy="t",
-        chosen=held,
-        candidates=(held,),
-        rejected=(),
-        snapshot_taken_at=NOW,
-        decided_at=NOW,
-    )
-    anvil = _cand("anvil", 2_000.0, 39_000.0)
-    fresh = first.model_copy(update={"candidates": (held, anvil)})
-    budget = _Offers()
-    pol = twin_watch(TWIN, None, watch=Watch(), budget=budget)
-    assert pol.extra_copy(first, fresh, [held], queued_s=10_600.0) == anvil
-    assert budget.seen == [1_000.0]
-    # the plan's gain under the margin: no copy at all
-    slow = anvil.model_copy(update={"wait_bound_s": 39_800.0})
-    fresh = first.model_copy(update={"candidates": (held, slow)})
-    assert pol.extra_copy(first, fresh, [held], queued_s=10_600.0) is None

@@ -260,8 +260,6 @@ class Policy:
             mine = _plan_completion_s(best, late.get(best.site, 0.0))
             if plan and mine + w.margin_s >= min(plan):
                 return None
-            if plan:  # offered at the smaller of the two gains, as a hedge is (hedge_gain_s)
-                gain = min(gain, min(plan) - mine)
         held_wait = [
             max(_held_wait_s(c), c.predicted_wait_s + late.get(c.site, 0.0))
             for c in fresh.candidates
