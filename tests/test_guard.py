@@ -107,23 +107,3 @@ def test_a_hedge_copy_must_save_more_than_it_costs_the_jobs_queued_behind_it() -
     assert hedge_gain_s(best, cheap) > 0
     assert pol._hedges([best, cheap]) == (cheap,)
     assert pol._hedges([best, dear]) == ()
-
-
-def test_a_copy_is_charged_for_as_long_as_slurms_plan_says_it_may_hold_its_place() -> None:
-    # the twin says the copy starts in 2,000 s, Slurm's plan in 10,000 s: the cost is judged
-    # on the longer opinion, as the gain is on the shorter one (hedge_gain_s)
-    copy = _cand("anvil", 2_000.0, 10_000.0).model_copy(
-        update={"pending_jobs": 8, "partition_nodes": 4}
-    )
-    assert copy_cost_s(5_000.0, copy) == 8 * 0.25 * 5_000.0  # until the held copy starts
-    assert copy_cost_s(20_000.0, copy) == 8 * 0.25 * 10_000.0  # or it starts itself
-    # a rule's hedge is held against the favourite's plan too: refused here, where the
-    # twin alone (favourite 600 s, copy 1,000 s: 600 s) would have called it cheap
-    pol = twin_hedge(TWIN, None, within=1.0, spread_s=1e9)
-    best = _cand("delta", 600.0, 12_000.0, q90=3_000.0)
-    cheap = _cand("anvil", 1_000.0, 5_000.0).model_copy(
-        update={"pending_jobs": 4, "partition_nodes": 4}
-    )
-    assert copy_cost_s(600.0, cheap) < hedge_gain_s(best, cheap)
-    assert pol._hedges([best, cheap]) == ()
-

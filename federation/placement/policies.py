@@ -250,7 +250,6 @@ class Policy:
         here = [score(c, True) for c in fresh.candidates if w.place(c) in held]
         if here and score(best, ranked) + w.margin_s >= min(here):
             return None
-        gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
         if best.wait_bound_s is not None:  # Slurm's plan beside the twin: it must agree
             plan = [
                 _plan_completion_s(c, late.get(c.site, 0.0))
@@ -260,12 +259,13 @@ class Policy:
             mine = _plan_completion_s(best, late.get(best.site, 0.0))
             if plan and mine + w.margin_s >= min(plan):
                 return None
+        gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
         held_wait = [
-            max(_held_wait_s(c), c.predicted_wait_s + late.get(c.site, 0.0))
+            c.predicted_wait_s + late.get(c.site, 0.0)
             for c in fresh.candidates
             if w.place(c) in held
         ]
-        cost = copy_cost_s(min(held_wait, default=_held_wait_s(best)), best)
+        cost = copy_cost_s(min(held_wait, default=best.predicted_wait_s), best)
         gain -= cost
         if cost > 0 and gain <= 0:  # it would cost the jobs queued behind it more than it saves
             return None
@@ -293,7 +293,7 @@ class Policy:
         spread = (best.wait_q90_s or best.predicted_wait_s) - best.predicted_wait_s
         risky = self.hedge_spread_s is not None and spread > self.hedge_spread_s
         out = self._rule_hedges(ranked, risky)
-        cost = {id(c): copy_cost_s(_held_wait_s(best), c) for c in out}
+        cost = {id(c): copy_cost_s(best.predicted_wait_s, c) for c in out}
         net = {id(c): hedge_gain_s(best, c) - cost[id(c)] for c in out}
         # a copy must be worth more than it costs the jobs queued behind it
         out = tuple(c for c in out if cost[id(c)] == 0 or net[id(c)] > 0)
@@ -340,26 +340,16 @@ def hedge_gain_s(best: Candidate, other: Candidate) -> float:
 def copy_cost_s(hold_s: float, copy: Candidate) -> float:
     """The extra waiting a queued ``copy`` is expected to impose on the jobs queued behind
     it, in seconds summed over them: it holds its place until it starts or the task starts
-    elsewhere (the shorter of its own wait and ``hold_s``, the held copy's), and while
+    elsewhere (the shorter of its predicted wait and ``hold_s``, the held copy's), and while
     queued ahead of them it may hold each of the partition's pending jobs back by its share
     of the partition's nodes for that time (backfill plans around it). A copy is bought only
     for a gain above this: a task's second is worth a background job's. 0 where the
-    partition's size is unknown.
-
-    Both waits are the longer of the two opinions (:func:`_held_wait_s`: Slurm's plan where
-    the candidate carries one): the gain is judged on the opinion that promises less
-    (:func:`hedge_gain_s`), so the cost is judged on the one that charges more. A copy only
-    the twin thinks quick is the copy that sits in a deep queue for hours."""
+    partition's size is unknown."""
     if copy.partition_nodes <= 0:
         return 0.0
-    hold = max(0.0, min(hold_s, _held_wait_s(copy)))
+    hold = max(0.0, min(hold_s, copy.predicted_wait_s))
     share = min(1.0, copy.shape.nodes / copy.partition_nodes)
     return copy.pending_jobs * share * hold
-
-
-def _held_wait_s(c: Candidate) -> float:
-    """How long ``c`` may stay queued: the longer of the twin's wait and Slurm's plan."""
-    return max(c.predicted_wait_s, c.wait_bound_s or 0.0)
 
 
 def _plan_completion_s(c: Candidate, late_s: float = 0.0) -> float:
