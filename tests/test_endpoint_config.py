@@ -267,6 +267,18 @@ def test_the_site_may_cap_a_shapes_blocks(
     assert rendered["engine"]["provider"]["max_blocks"] == expected
 
 
+@pytest.mark.parametrize(("poll", "expected"), [("", 10), ("50", 50), ("0", 10), ("soon", 10)])
+def test_the_site_may_slow_its_engines_idle_looks(
+    monkeypatch: pytest.MonkeyPatch, poll: str, expected: int
+) -> None:
+    """FEDERATION_POLL_PERIOD_MS reaches the real engine (the config loader builds it): its
+    interchange and worker pools sleep that long between looks when nothing arrives; unset,
+    0 or a non-number keeps parsl's 10 ms."""
+    monkeypatch.setenv("FEDERATION_POLL_PERIOD_MS", poll)
+    with loaded(load_site("local"), {"partition": "debug"}) as config:
+        assert config.engine.executor.poll_period == expected
+
+
 def test_bad_environment_values_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDERATION_STRATEGY_PERIOD_S", "soon")
     monkeypatch.setenv("FEDERATION_MAX_IDLETIME_S", "-4")

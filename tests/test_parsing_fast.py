@@ -38,6 +38,7 @@ from federation.parsing.common import iter_lines
 from federation.parsing.sacct import AcctRecord
 from federation.parsing.squeue import _MAKE_JOB, _Builder
 from federation.parsing.table import Table
+from federation.parsing.table_jobs import TableJobs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = FIXTURES / "slurm_samples"
@@ -193,6 +194,39 @@ def test_duplicates_in_a_table_are_named_with_their_first_line() -> None:
         "squeue line 6 skipped: job 3 is listed twice (first on line 4): duplicated output"
         in warnings
     )
+
+
+def test_table_jobs_read_as_the_list_of_their_records() -> None:
+    """Kept as one record per kind and a job id per row, a table's jobs read (by index,
+    slice, iteration, equality) as the list of the records built row by row, with every
+    id as written (plain numbers kept as numbers, the others as text)."""
+    ids = ["7", "0", "007", "7_1", "12_[1-3%2]", "4294967294", "8", "7_2", " 9 "]
+    body = "".join(f"{j};{'R' if k % 3 else 'PD'};1;2;a;u\n" for k, j in enumerate(ids))
+    table = parse_format_output("JOBID;ST;NODES;CPUS;ACCOUNT;USER\n" + body, "%i;%t;%D;%C;%a;%u")
+    builder = _Builder(table.columns)
+    built = [_MAKE_JOB(builder._values(row)) for _, row in table.numbered_rows()]
+    jobs = jobs_from_table(table)
+    assert isinstance(jobs, TableJobs) and len(jobs) == len(ids) and jobs.kinds == 2
+    assert jobs == built and built == jobs and list(jobs) == built and jobs == jobs
+    assert [j.job_id for j in jobs] == [j.strip() for j in ids]
+    assert [jobs[i] for i in range(-len(ids), len(ids))] == built + built
+    assert jobs[1:6:2] == built[1:6:2] and jobs[::-1] == built[::-1]
+    assert jobs != built[:-1] and jobs != [*built[:-1], built[0]] and jobs != tuple(built)
+    assert jobs + built == built + jobs == built * 2
+    assert pickle.loads(pickle.dumps(jobs)) == built
+    with pytest.raises(IndexError):
+        jobs[len(ids)]
+
+
+def test_duplicate_odd_job_ids_are_named_as_written() -> None:
+    text = "JOBID;ST\n7_1;R\n007;R\n7;R\n7_1;PD\n007;R\n0007;R\n"
+    warnings: list[str] = []
+    jobs = jobs_from_table(parse_delimited(text, ";"), warnings=warnings)
+    assert [j.job_id for j in jobs] == ["7_1", "007", "7", "0007"]
+    assert warnings == [
+        "squeue line 5 skipped: job 7_1 is listed twice (first on line 2): duplicated output",
+        "squeue line 6 skipped: job 007 is listed twice (first on line 3): duplicated output",
+    ]
 
 
 def test_sacct_records_built_directly_equal_dataclass_built_ones() -> None:

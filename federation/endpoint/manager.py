@@ -135,6 +135,9 @@ class EndpointDaemons:
         # the emulated nodes share this machine: a fan-out of tiny calls opens at most 4
         # blocks per shape (32 worker pools starting at once took a 2-core machine ~50 s)
         env.setdefault("FEDERATION_MAX_BLOCKS", "4")
+        # and their engines look every 50 ms when idle, not parsl's 10 (messages still wake
+        # them at once): a dozen idle interchanges and pools took a quarter of 2 cores
+        env.setdefault("FEDERATION_POLL_PERIOD_MS", "50")
         # the endpoint's heartbeat (5 s, not 30) and so its user endpoint processes' idle
         # lives: 24 beats (2 min) after their last task (a site's default: 5 min), and 25
         # with tasks outstanding but none moving (a site's default is 48 h), after which a

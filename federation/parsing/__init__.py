@@ -37,6 +37,7 @@ from federation.parsing.squeue_start import (
 from federation.parsing.sshare import ShareRecord, parse_sshare_json
 from federation.parsing.states import parse_job_state, parse_node_state
 from federation.parsing.table import Table, parse_delimited, parse_format_output
+from federation.parsing.table_jobs import TableJobs
 from federation.parsing.times import (
     parse_duration,
     parse_memory,
@@ -55,6 +56,7 @@ __all__ = [
     "ShareRecord",
     "StartEstimate",
     "Table",
+    "TableJobs",
     "build_site_snapshot",
     "expand_hostlist",
     "gpus_by_type",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from federation.core.errors import ParseError
@@ -61,6 +61,7 @@ from federation.parsing.squeue_fields import (
 from federation.parsing.squeue_json import parse_squeue_json
 from federation.parsing.states import parse_job_state
 from federation.parsing.table import CUT, Table
+from federation.parsing.table_jobs import TableJobs
 from federation.parsing.times import (
     ISO_TIME,
     parse_duration,
@@ -116,7 +117,7 @@ class _Builder:
         self._others: Callable[[Sequence[str]], Any] = (
             itemgetter(*others) if others else (lambda row: ())
         )
-        self._rows: dict[Any, dict[str, Any]] | None = {}
+        self._rows: dict[Any, int] | None = {}  # a row but for its id -> its record
         self._misses = 0
 
     def _state_reason(
@@ -239,16 +240,16 @@ class _Builder:
     def _build(self, row: Sequence[str]) -> JobRecord:
         return _MAKE_JOB(self._values(row))
 
-    def remember(self, row: Sequence[str]) -> JobRecord:
-        """:meth:`_build`, its record kept as the one the rows that repeat this row's
-        values but for the job id copy (:func:`jobs_from_table`; given up when few rows
-        repeat)."""
+    def remember(self, row: Sequence[str], kind: int) -> JobRecord:
+        """:meth:`_build`, its record kept as record ``kind`` of a :class:`TableJobs`,
+        the one the rows that repeat this row's values but for the job id are like
+        (:func:`jobs_from_table`; given up when few rows repeat)."""
         job = _MAKE_JOB(self._values(row))
         cache = self._rows
         if cache is not None:
             self._misses += 1
             if len(cache) < 20_000:
-                cache[self._others(row)] = job.__dict__
+                cache[self._others(row)] = kind
             elif self._misses > 2 * len(cache):
                 self._rows = None  # rows that do not repeat: stop looking them up
         return job
@@ -324,7 +325,6 @@ _MAKE_JOB = TRUSTED_JOB.values
 """A JobRecord from the values of its fields, in order (job_id, partition, state, reason,
 user, name, nodes, cpus, mem_mb, gpus, gpu_type, time_limit_s, submit_time, start_time,
 end_time, priority, node_names)."""
-_JOB_WITH = TRUSTED_JOB.with_dict
 
 
 def _name(text: str | None) -> str | None:
@@ -483,47 +483,43 @@ def _fast_probe_jobs(
 
 def jobs_from_table(
     table: Table, utc_offset_s: float = 0, warnings: list[str] | None = None
-) -> list[JobRecord]:
+) -> TableJobs:
     """Third-party squeue text already split into a :class:`Table` -> JobRecords.
 
     Rows whose values do not parse are skipped (that row only); ``warnings`` collects the
-    table's own skipped lines and these, capped per kind (:class:`RowWarnings`).
+    table's own skipped lines and these, capped per kind (:class:`RowWarnings`). A job
+    listed twice is kept once, from its first line. The records come as a
+    :class:`TableJobs`: each row checked now, its record built when read.
     """
     builder = _Builder(table.columns, utc_offset_s)
     notes = RowWarnings()
-    out: list[JobRecord] = []
-    append = out.append
+    out = TableJobs()
+    add, add_like = out.add, out.add_like
     failed: set[int] = set()  # the lines of rows that did not parse
-    others, i_id, like_with = builder._others, builder._id, _JOB_WITH
+    others, i_id = builder._others, builder._id
     cache = builder._rows
     with gc_paused():
         for line, row in table.numbered_rows():
             try:
                 like = None if cache is None else cache.get(others(row))
                 if like is None:
-                    append(builder.remember(row))
+                    add(builder.remember(row, out.kinds))
                     cache = builder._rows
                     continue
-                # a row like an earlier one but for its job id: a copy of its record
+                # a row like an earlier one but for its job id: that record, its id changed
                 job_id = row[i_id]
                 if not (job_id.isdigit() and len(job_id) < 10 and job_id.isascii()):
                     job_id = _job_id(job_id)
-                data = like.copy()
-                data["job_id"] = job_id
-                append(like_with(data))
+                add_like(like, job_id)
             except ParseError as e:
                 notes.add("squeue row", f"squeue line {line} skipped: {e}")
                 failed.add(line)
-        if len(set(map(_JOB_ID, out))) != len(out):  # a job listed twice: which lines?
-            lines = [n for n in table.row_lines() if n not in failed]
-            out = _first_of_each(out, lines, notes)
+        if twice := out.repeats():  # a job listed twice: which lines?
+            out.drop_repeats(twice, [n for n in table.row_lines() if n not in failed], notes)
     if warnings is not None:
         warnings.extend(table.warnings)
         notes.into(warnings)
     return out
-
-
-_JOB_ID = attrgetter("job_id")
 
 
 def _job_id(text: str) -> str:
@@ -533,29 +529,12 @@ def _job_id(text: str) -> str:
     return check_job_id(job_id, "JOBID")
 
 
-def _first_of_each(jobs: list[JobRecord], lines: list[int], notes: RowWarnings) -> list[JobRecord]:
-    """``jobs`` (from ``lines``) without the ones that repeat an earlier job id."""
-    first: dict[str, int] = {}
-    out: list[JobRecord] = []
-    for job, line in zip(jobs, lines, strict=True):
-        at = first.setdefault(job.job_id, line)
-        if at != line:
-            notes.add(
-                "duplicate",
-                f"squeue line {line} skipped: job {job.job_id} is listed twice "
-                f"(first on line {at}): duplicated output",
-            )
-            continue
-        out.append(job)
-    return out
-
-
 def parse_squeue_jsonlike(
     text: str | bytes,
     keys: Mapping[str, str],
     utc_offset_s: float = 0,
     warnings: list[str] | None = None,
-) -> list[JobRecord]:
+) -> TableJobs:
     """Lines like ``{"id": 26515966, "state": "RUNNING", "r": "(Priority)"}`` -> JobRecords.
 
     ``keys`` maps each JSON key to a squeue column name (``{"id": "JOBID", "p": "PARTITION",

@@ -307,7 +307,7 @@ def _config_header(site: SiteSpec) -> str:
             f"#     {files}",
             "# Site settings come from the endpoint's environment: FEDERATION_WORKER_INIT,",
             "# FEDERATION_ENGINE_ADDRESS, FEDERATION_STRATEGY_PERIOD_S, FEDERATION_MAX_IDLETIME_S,",
-            "# FEDERATION_MAX_BLOCKS, FEDERATION_HEARTBEAT_PERIOD_S,",
+            "# FEDERATION_MAX_BLOCKS, FEDERATION_POLL_PERIOD_MS, FEDERATION_HEARTBEAT_PERIOD_S,",
             "# FEDERATION_HEARTBEAT_THRESHOLD_S.",
         ]
     if site.engine_ifname:
