@@ -79,9 +79,14 @@ def test_jupyter_executor_and_mcp_server_act_on_the_configured_sites(config: Pat
             return ops
 
         async def main() -> list[str]:
+            # refresh: wait for a probe of the configured sites (without it, a first probe
+            # slower than the tool's first wait, as on a loaded machine, answers "probing"
+            # with no sites yet, and says to ask again)
             async with Client(build_server(get_ops)) as c:
-                res = await c.call_tool("inspect_federation", {})
-                return sorted(s["site"] for s in res.structured_content["sites"])
+                res = await c.call_tool("inspect_federation", {"refresh": True})
+                view = res.structured_content
+                assert view["status"] == "ready", view
+                return sorted(s["site"] for s in view["sites"])
 
         assert anyio.run(main) == TWO
     finally:
