@@ -247,24 +247,17 @@ class Policy:
         # a held copy's stand-in: a fresh request of its shape (places="site": the best
         # fresh request at its site, the first rule)
         held = {w.place(c) for c in holding}
-        here = [score(c, True) for c in fresh.candidates if w.place(c) in held]
+        stand_ins = [c for c in fresh.candidates if w.place(c) in held]
+        here = [score(c, True) for c in stand_ins]
         if here and score(best, ranked) + w.margin_s >= min(here):
             return None
         if best.wait_bound_s is not None:  # Slurm's plan beside the twin: it must agree
-            plan = [
-                _plan_completion_s(c, late.get(c.site, 0.0))
-                for c in fresh.candidates
-                if w.place(c) in held
-            ]
+            plan = [_plan_completion_s(c, late.get(c.site, 0.0)) for c in stand_ins]
             mine = _plan_completion_s(best, late.get(best.site, 0.0))
             if plan and mine + w.margin_s >= min(plan):
                 return None
         gain = (min(here) if here else score(first.chosen, True)) - score(best, ranked)
-        held_wait = [
-            c.predicted_wait_s + late.get(c.site, 0.0)
-            for c in fresh.candidates
-            if w.place(c) in held
-        ]
+        held_wait = [c.predicted_wait_s + late.get(c.site, 0.0) for c in stand_ins]
         cost = copy_cost_s(min(held_wait, default=best.predicted_wait_s), best)
         gain -= cost
         if cost > 0 and gain <= 0:  # it would cost the jobs queued behind it more than it saves
