@@ -249,8 +249,13 @@ def many_callers(work: Path, n_callers: int, n_tasks: int) -> dict[str, Any]:
         svc.stop()
     lat = [x for c in callers for x in c.latencies_s]
     errors = [f"{c.name}: {e}" for c in callers for e in c.errors]
+    by_round = [
+        _latency([c.latencies_s[i] for c in callers if len(c.latencies_s) > i])
+        for i in range(n_tasks)
+    ]
     return {
         "callers": n_callers,
+        "submit_latency_by_round": by_round,
         "tasks_each": n_tasks,
         "service_ready_s": round(ready_s, 1),
         "submit_latency": _latency(lat),

@@ -17,7 +17,8 @@ submissions made after the site's snapshot was taken are added; earlier ones are
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+import threading
+from collections import Counter, deque
 from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
@@ -25,7 +26,7 @@ from functools import lru_cache
 from federation.core.envelope import Shape
 from federation.core.snapshot import FederationSnapshot, JobRecord, SiteSnapshot
 
-__all__ = ["OWN_JOB_PREFIX", "with_own_jobs"]
+__all__ = ["OWN_JOB_PREFIX", "OwnJobs", "with_own_jobs"]
 
 OWN_JOB_PREFIX = "own-"
 """Job ids of the added records (never a Slurm job id)."""
@@ -84,3 +85,45 @@ def _own_record(s: Shape, at: datetime, n: int) -> JobRecord:
         submit_time=at,
         priority=0,
     )
+
+
+class OwnJobs:
+    """A coordinator's latest placements, laid over the snapshots it decides on.
+
+    :meth:`view` is :func:`with_own_jobs` of the latest ``keep`` placements, built
+    incrementally: while decisions keep coming on one snapshot (a burst, a service's
+    many callers between two probe rounds), each view is the last one plus the
+    placements noted since, not every placement again. A placement stays in the views of
+    that snapshot after it leaves the last ``keep``."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self._latest: deque[tuple[Shape, datetime]] = deque(maxlen=keep)
+        self._noted = 0  # placements noted ever
+        self._last: tuple[FederationSnapshot, int, FederationSnapshot] | None = None
+        self._lock = threading.Lock()  # held for a copy only
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._latest)
+
+    def note(self, shapes: Iterable[Shape], at: datetime) -> None:
+        """Placements made at ``at`` (a decision's chosen shape and its hedges)."""
+        with self._lock:
+            for shape in shapes:
+                self._latest.append((shape, at))
+                self._noted += 1
+
+    def view(self, snapshot: FederationSnapshot) -> FederationSnapshot:
+        """``snapshot`` with the placements made since it was taken."""
+        with self._lock:
+            noted, last = self._noted, self._last
+            if last is not None and last[0] is snapshot and noted - last[1] <= len(self._latest):
+                base = last[2]
+                new = list(self._latest)[len(self._latest) - (noted - last[1]) :]
+            else:
+                base, new = snapshot, list(self._latest)
+        view = with_own_jobs(base, new)
+        with self._lock:
+            if self._last is None or self._last[1] <= noted or self._last[0] is not snapshot:
+                self._last = (snapshot, noted, view)
+        return view

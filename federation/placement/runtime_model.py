@@ -52,10 +52,16 @@ class TaskRuntimeModel:
     """On hardware the workload has not run on, predict this share faster than the prior
     says (optimistic initial values): among otherwise equal partitions the untried one is
     tried once, and its observation replaces the guess. 0: none."""
+    max_per_hardware: int = 64
+    """Observations kept per workload and hardware: the latest (a long-running service
+    learns from every task it ran; its predictions stay as cheap as its first)."""
     _obs: dict[str, list[tuple[tuple[str, str], int, float, float]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     """Per workload: ((site, partition), units, runtime_s, prior speed there)."""
+    _memo: dict[tuple[str, str, str, int, bool, float], float] = field(default_factory=dict)
+    """Predictions since the workload's last observation (cleared per workload on one)."""
+    _slope: dict[str, float] = field(default_factory=dict)
 
     def _speed(self, shape: Shape) -> float:
         return 1.0 if self.speed is None else max(1e-6, self.speed(shape))
@@ -63,10 +69,23 @@ class TaskRuntimeModel:
     def observe(self, workload: str, shape: Shape, runtime_s: float) -> None:
         if runtime_s > 0:
             hw = (shape.site, shape.partition)
-            self._obs[workload].append((hw, shape_units(shape), runtime_s, self._speed(shape)))
+            obs = self._obs[workload]
+            obs.append((hw, shape_units(shape), runtime_s, self._speed(shape)))
+            if sum(1 for where, *_ in obs if where == hw) > self.max_per_hardware:
+                oldest = next(i for i, o in enumerate(obs) if o[0] == hw)
+                del obs[oldest]
+            self._slope.pop(workload, None)
+            for key in [k for k in self._memo if k[0] == workload]:
+                del self._memo[key]
 
     def speedup_per_doubling(self, workload: str) -> float:
         """Least-squares slope of log(runtime) on log2(units) within each partition, pooled."""
+        known = self._slope.get(workload)
+        if known is None:
+            known = self._slope[workload] = self._fit_slope(workload)
+        return known
+
+    def _fit_slope(self, workload: str) -> float:
         by_hw: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
         for hw, units, t, _ in self._obs.get(workload, []):
             by_hw[hw].append((units, t))
@@ -86,6 +105,20 @@ class TaskRuntimeModel:
     def predict(self, workload: str, shape: Shape, default_s: float) -> float:
         """Predicted runtime of ``workload`` at ``shape`` (``default_s`` at 1 unit on the
         reference hardware if it has run nowhere yet)."""
+        key = (
+            workload,
+            shape.site,
+            shape.partition,
+            shape_units(shape),
+            bool(shape.gpus),
+            default_s,
+        )
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._predict(workload, shape, default_s)
+        return known
+
+    def _predict(self, workload: str, shape: Shape, default_s: float) -> float:
         obs = self._obs.get(workload, [])
         s = self.speedup_per_doubling(workload)
         units = shape_units(shape)

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from federation.core.envelope import ResourceEnvelope, Shape
+from federation.core.envelope import ResourceEnvelope
 from federation.core.errors import FederationError, TaskFailedError, UnknownSiteError
 from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import ShellTask, TaskSpec, check_serializable
@@ -29,7 +26,7 @@ from federation.placement.decide import place
 from federation.placement.drafting import EnvelopeDraft, Proposal, TaskHints, draft_envelope
 from federation.placement.lateness import LateBoard, with_late_board
 from federation.placement.learned import AUTO, LearnedPlacement
-from federation.placement.overlay import with_own_jobs
+from federation.placement.overlay import OwnJobs
 from federation.placement.policies import Policy, get_policy, with_cold_start
 from federation.runtime.accounting import Accountant
 from federation.runtime.crashpoints import crash_point
@@ -164,9 +161,8 @@ class Coordinator:
         self.late_board = LateBoard(self._hedging.queued_copies)
         """Our own copies still queued past their predictions
         (:mod:`federation.placement.lateness`)."""
-        self._shipped: deque[tuple[Shape, datetime]] = deque(maxlen=256)
-        """The latest placements (shape, when), for :meth:`_own_view`."""
-        self._shipped_lock = threading.Lock()  # not the registry's: held for a copy only
+        self._shipped = OwnJobs()
+        """The latest placements, laid over snapshots by :meth:`_own_view`."""
         self.learned: LearnedPlacement | None = None
         """The ``auto`` policy's learned predictors (None for a named policy)."""
         if policy == AUTO:
@@ -289,15 +285,12 @@ class Coordinator:
     def _own_view(self, snap: FederationSnapshot) -> FederationSnapshot:
         """``snap`` with the tasks this coordinator placed since it was taken
         (:mod:`federation.placement.overlay`): a burst placed from one snapshot sees itself."""
-        with self._shipped_lock:
-            shipped = list(self._shipped)
-        return with_own_jobs(snap, shipped)
+        return self._shipped.view(snap)
 
     def _note_shipped(self, decision: PlacementDecision) -> None:
-        at = decision.decided_at
-        with self._shipped_lock:
-            for c in (decision.chosen, *decision.hedges):
-                self._shipped.append((c.shape, at))
+        self._shipped.note(
+            (c.shape for c in (decision.chosen, *decision.hedges)), decision.decided_at
+        )
 
     def deciding_for(self, workload: str) -> AbstractContextManager[None]:
         """Decisions inside rank shapes by ``workload``'s learned runtimes (``auto``)."""

@@ -186,25 +186,36 @@ class Hedging:
         :class:`~federation.placement.lateness.LateBoard` charges (the most late of the copies
         no larger than a request). Read on every decision, so the registry's lock is held for
         a copy of its list only, and a copy costs a subtraction, not an object."""
-        now = datetime.now(UTC)
+        now = datetime.now(UTC).timestamp()
         with self.reg.lock:
             handles = list(self.reg.handles.values())
         worst: dict[Shape, tuple[float, float]] = {}  # shape -> (late_s, predicted_wait_s)
 
-        def note(shape: Shape, predicted_s: float, since: datetime) -> None:
-            late_s = (now - since).total_seconds() - predicted_s
-            if late_s > 0 and late_s > worst.get(shape, (0.0, 0.0))[0]:
+        def note(shape: Shape, predicted_s: float, late_s: float) -> None:
+            if late_s > worst.get(shape, (0.0, 0.0))[0]:
                 worst[shape] = (late_s, predicted_s)
 
         for h in handles:
+            # the cheap test first: a task is late only once its predicted wait has passed
+            # since it was submitted (its copies were all submitted since), and most are not
+            chosen = h.decision.chosen
+            if now - h.submitted_at.timestamp() <= min(
+                (chosen.predicted_wait_s, *(c.candidate.predicted_wait_s for c in h.copies))
+            ):
+                continue
             if h.done:
                 continue
             if h.copies:
                 for c in h.copies:
                     if c.state == "queued":
-                        note(c.candidate.shape, c.candidate.predicted_wait_s, c.submitted_at)
+                        p = c.candidate.predicted_wait_s
+                        late_s = now - c.submitted_at.timestamp() - p
+                        if late_s > 0:
+                            note(c.candidate.shape, p, late_s)
             elif h.state == "queued" and h.started_at is None:
-                note(h.decision.chosen.shape, h.decision.chosen.predicted_wait_s, h.submitted_at)
+                late_s = now - h.submitted_at.timestamp() - chosen.predicted_wait_s
+                if late_s > 0:
+                    note(chosen.shape, chosen.predicted_wait_s, late_s)
         return [QueuedCopy(shape, p, p + late) for shape, (late, p) in worst.items()]
 
     def arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:

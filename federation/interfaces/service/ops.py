@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import anyio
 
 from federation.core.errors import NoFeasibleSiteError
+from federation.core.fairlock import FairLock
 from federation.core.snapshot import FederationSnapshot
 from federation.core.tasks import ShellTask, TaskSpec
 from federation.interfaces.service.errors import OpsError
@@ -139,9 +140,11 @@ class LocalOps(GroupOps, TransferOps, EventOps):
         self._limiter = anyio.CapacityLimiter(max_waiters)
         self._max_waiters = max_waiters
         self._lock = threading.Lock()
-        self.submitting = threading.Lock()
-        """One submission at a time: each is a few milliseconds of Python, and twenty at once
-        only pass the GIL between them at every SQLite call (a convoy: P95 1.5-2x longer)."""
+        self.submitting = FairLock()
+        """One submission at a time, in the order they came: each is a few milliseconds of
+        Python, and twenty at once only pass the GIL between them at every SQLite call (a
+        convoy: P95 1.5-2x longer); a plain lock lets a caller that just submitted go
+        again ahead of the others (P95 twice the median)."""
 
     # --- reads --------------------------------------------------------------------------------
     def inspect(self, refresh: bool = False) -> FederationSnapshot:
