@@ -481,13 +481,16 @@ _OWN_ROOM = 10**6
 
 
 def _own_suffix(jobs: Sequence[JobRecord]) -> int:
-    """How many of ``jobs``, at the end, are our own submissions (:mod:`.overlay`)."""
-    n = 0
-    for j in reversed(jobs):
-        if not j.job_id.startswith(OWN_JOB_PREFIX):
-            break
-        n += 1
-    return n
+    """How many of ``jobs``, at the end, are our own submissions (:mod:`.overlay`): they
+    are added after the probed jobs (never an own id among those), so found by bisection."""
+    lo, hi = 0, len(jobs)  # the first own job is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if jobs[mid].job_id.startswith(OWN_JOB_PREFIX):
+            hi = mid
+        else:
+            lo = mid + 1
+    return len(jobs) - lo
 
 
 def _quantile(sorted_vals: list[float], q: float) -> float:

@@ -23,11 +23,11 @@ from federation.placement.lateness import QueuedCopy
 from federation.runtime.crashpoints import crash_point
 from federation.runtime.errortext import first_line, ran_own_code, stream_lost
 from federation.runtime.handles import TaskCopy, TaskHandle
+from federation.runtime.queued_index import QueuedIndex
 from federation.runtime.rows import copy_fields, copy_row, task_row
 from federation.sites.backend import WithdrawsUnacknowledged
 
 if TYPE_CHECKING:
-    from federation.core.envelope import Shape
     from federation.core.snapshot import FederationSnapshot
     from federation.core.tasks import TaskSpec
     from federation.placement.candidates import Candidate, PlacementDecision
@@ -57,6 +57,7 @@ class Hedging:
         self.life = life
         self.shipping = shipping
         self.retries = retries
+        self._queued = QueuedIndex(reg)
         self.rejudge_pool: ThreadPoolExecutor | None = None
         """One thread that judges watched tasks again (a watching policy's ticks)."""
 
@@ -184,39 +185,9 @@ class Hedging:
         """Our copies queued past their predicted wait now (a task placed once is its own one
         copy), one per shape, the latest of its copies: all a
         :class:`~federation.placement.lateness.LateBoard` charges (the most late of the copies
-        no larger than a request). Read on every decision, so the registry's lock is held for
-        a copy of its list only, and a copy costs a subtraction, not an object."""
-        now = datetime.now(UTC).timestamp()
-        with self.reg.lock:
-            handles = list(self.reg.handles.values())
-        worst: dict[Shape, tuple[float, float]] = {}  # shape -> (late_s, predicted_wait_s)
-
-        def note(shape: Shape, predicted_s: float, late_s: float) -> None:
-            if late_s > worst.get(shape, (0.0, 0.0))[0]:
-                worst[shape] = (late_s, predicted_s)
-
-        for h in handles:
-            # the cheap test first: a task is late only once its predicted wait has passed
-            # since it was submitted (its copies were all submitted since), and most are not
-            chosen = h.decision.chosen
-            if now - h.submitted_at.timestamp() <= min(
-                (chosen.predicted_wait_s, *(c.candidate.predicted_wait_s for c in h.copies))
-            ):
-                continue
-            if h.done:
-                continue
-            if h.copies:
-                for c in h.copies:
-                    if c.state == "queued":
-                        p = c.candidate.predicted_wait_s
-                        late_s = now - c.submitted_at.timestamp() - p
-                        if late_s > 0:
-                            note(c.candidate.shape, p, late_s)
-            elif h.state == "queued" and h.started_at is None:
-                late_s = now - h.submitted_at.timestamp() - chosen.predicted_wait_s
-                if late_s > 0:
-                    note(chosen.shape, chosen.predicted_wait_s, late_s)
-        return [QueuedCopy(shape, p, p + late) for shape, (late, p) in worst.items()]
+        no larger than a request). Read on every decision, from an index kept in the order
+        copies become late (:mod:`federation.runtime.queued_index`)."""
+        return self._queued.late()
 
     def arm_rejudge(self, h: TaskHandle, pol: Policy, delay_s: float | None = None) -> None:
         """Judge ``h`` again by ``pol`` once it is overdue (then every ``Watch.every_s``)."""
