@@ -104,8 +104,10 @@ class EndpointConnection:
                 self._conn = None
         for ev, _ in list(self._waiting.values()):
             ev.set()  # wake waiters; they see no reply
+        if self._closing:
+            return  # closed by close(): nothing to report
         logger.warning("site %s: endpoint connection closed", self.site)
-        if self.on_closed is not None and not self._closing:
+        if self.on_closed is not None:
             self.on_closed()
 
     def request(self, msg: protocol.Message, timeout_s: float = 30.0) -> protocol.Message:
