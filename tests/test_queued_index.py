@@ -115,3 +115,32 @@ def test_the_index_answers_what_a_full_scan_answers(steps: list[tuple[str, int, 
         assert got.keys() == want.keys()
         for k in want:
             assert abs(got[k] - want[k]) < 1.0, (k, got[k], want[k])
+
+
+def test_tasks_that_end_behind_a_long_queued_one_are_not_kept() -> None:
+    reg, bus = TaskRegistry(), EventBus()
+    index = QueuedIndex(reg)
+
+    def place(i: int, ago_s: float) -> TaskHandle:
+        h = TaskHandle(
+            id=f"t{i}",
+            label="x",
+            envelope=ResourceEnvelope(),
+            decision=_decision(SHAPES[0], 0.0),
+            code_hash="",
+            is_shell=True,
+            bus=bus,
+            submitted_at=NOW - timedelta(seconds=ago_s),
+        )
+        reg.handles[h.id] = h
+        return h
+
+    place(0, 3600)  # queued an hour: the front of its shape's list, read on every decision
+    for batch in range(3):
+        later = [place(1 + batch * 100 + i, 10) for i in range(100)]
+        assert len(index.late()) == 1
+        for h in later:  # they end and the registry forgets them (the store keeps them)
+            h._done.set()
+            del reg.handles[h.id]
+        index.late()
+    assert index.size() <= 1 + 64  # the front one, and fewer than a sweep's worth

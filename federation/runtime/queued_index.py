@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from federation.runtime.registry import TaskRegistry
 
 _GONE = frozenset({"won", "cancelled", "abandoned", "failed"})
+SWEEP_AFTER = 64
+"""Tasks forgotten by the registry before every list is swept of their entries."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class QueuedIndex:
         self._seen: dict[str, tuple[PlacementDecision, int]] = {}  # task -> (decision, copies)
         self._keys: set[tuple[int, int, int]] = set()  # the entries in, by identity
         self._order = itertools.count()
+        self._gone = 0  # tasks forgotten since the lists were last swept
         self._lock = threading.Lock()
 
     def late(self) -> list[QueuedCopy]:
@@ -78,9 +81,34 @@ class QueuedIndex:
                 if first is not None and now - first.due > 0:
                     late_s = now - first.due
                     out.append(QueuedCopy(shape, first.predicted_s, first.predicted_s + late_s))
-            for tid in [t for t in self._seen if t not in live]:
+            gone = [t for t in self._seen if t not in live]
+            for tid in gone:
                 del self._seen[tid]
+            self._gone += len(gone)
+            if self._gone > SWEEP_AFTER:
+                self._sweep(live)
         return out
+
+    def _sweep(self, live: dict[str, TaskHandle]) -> None:
+        """Drop every entry of a task done or forgotten, wherever it is in its list (a read
+        only passes the front: behind a copy queued for hours, ended tasks would pile up)."""
+        for shape, entries in list(self._by_shape.items()):
+            kept = []
+            for e in entries:
+                if live.get(e.handle.id) is e.handle and not e.handle.done:
+                    kept.append(e)
+                else:
+                    self._keys.discard((id(e.handle), id(e.copy), id(e.decision)))
+            if kept:
+                self._by_shape[shape] = kept
+            else:
+                del self._by_shape[shape]
+        self._gone = 0
+
+    def size(self) -> int:
+        """Entries held (every shape's list)."""
+        with self._lock:
+            return sum(len(v) for v in self._by_shape.values())
 
     def _see(self, h: TaskHandle) -> None:
         self._seen[h.id] = (h.decision, len(h.copies))
