@@ -102,7 +102,10 @@ def test_the_index_answers_what_a_full_scan_answers(steps: list[tuple[str, int, 
             h.state, h.started_at = "running", NOW
         elif what in ("win", "cancelling", "back") and h.copies:
             c = h.copies[shape_i % len(h.copies)]
-            c.state = {"win": "won", "cancelling": "cancelling", "back": "queued"}[what]
+            if what == "back":  # a cancel that failed: only a cancelling copy is queued again
+                c.state = "queued" if c.state == "cancelling" else c.state
+            elif c.state in ("queued", "cancelling"):  # ended copies stay ended
+                c.state = "won" if what == "win" else "cancelling"
         elif what == "retry" and not h.done:
             h.decision, h.state, h.started_at = _decision(shape, wait_s), "queued", None
             h.copies = []

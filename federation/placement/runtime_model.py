@@ -59,7 +59,7 @@ class TaskRuntimeModel:
         default_factory=lambda: defaultdict(list)
     )
     """Per workload: ((site, partition), units, runtime_s, prior speed there)."""
-    _memo: dict[tuple[str, str, str, int, bool, float], float] = field(default_factory=dict)
+    _memo: dict[str, dict[tuple[str, str, int, bool, float], float]] = field(default_factory=dict)
     """Predictions since the workload's last observation (cleared per workload on one)."""
     _slope: dict[str, float] = field(default_factory=dict)
 
@@ -75,8 +75,7 @@ class TaskRuntimeModel:
                 oldest = next(i for i, o in enumerate(obs) if o[0] == hw)
                 del obs[oldest]
             self._slope.pop(workload, None)
-            for key in [k for k in self._memo if k[0] == workload]:
-                del self._memo[key]
+            self._memo.pop(workload, None)
 
     def speedup_per_doubling(self, workload: str) -> float:
         """Least-squares slope of log(runtime) on log2(units) within each partition, pooled."""
@@ -105,17 +104,11 @@ class TaskRuntimeModel:
     def predict(self, workload: str, shape: Shape, default_s: float) -> float:
         """Predicted runtime of ``workload`` at ``shape`` (``default_s`` at 1 unit on the
         reference hardware if it has run nowhere yet)."""
-        key = (
-            workload,
-            shape.site,
-            shape.partition,
-            shape_units(shape),
-            bool(shape.gpus),
-            default_s,
-        )
-        known = self._memo.get(key)
+        memo = self._memo.setdefault(workload, {})
+        key = (shape.site, shape.partition, shape_units(shape), bool(shape.gpus), default_s)
+        known = memo.get(key)
         if known is None:
-            known = self._memo[key] = self._predict(workload, shape, default_s)
+            known = memo[key] = self._predict(workload, shape, default_s)
         return known
 
     def _predict(self, workload: str, shape: Shape, default_s: float) -> float:

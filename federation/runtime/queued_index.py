@@ -1,17 +1,19 @@
 """Our copies queued past their predicted waits, kept sorted instead of found again.
 
 A :class:`~federation.placement.lateness.LateBoard` reads, on every decision, the most late
-of our queued copies per shape. Found by looking at every live task, that read grows with
-the tasks a service holds (1,000 queued tasks: a third of each submission's time). This
-index keeps, per shape, every copy (and every task placed once, its own one copy) ever
-seen, in the order they become due (``submitted_at`` plus predicted wait, which never
-change), and reads each shape from its earliest: the most late queued copy is the first
-that is still queued. Copies that can never be queued again (ended, won, cancelled, their
-task done or forgotten) are dropped as the read passes them; one that may be queued again
-(``cancelling``, a task running that a retry may place again) is kept and passed over.
+of our queued copies per shape. Found by looking at every live task's copies, that read grew
+with the tasks a service holds (1,000 queued tasks: a third of each submission's time). A
+read still checks each live task against what it last saw of it (one dictionary look-up),
+and reads only the tasks that changed. This index keeps, per shape, every copy (and every
+task placed once, its own one copy) ever seen, in the order they become due
+(``submitted_at`` plus predicted wait, which never change), and reads each shape from its
+earliest: the most late queued copy is the first that is still queued. Copies that can never
+be queued again (ended, won, cancelled, their task done or forgotten) are dropped as the
+read passes them; one that may be queued again (``cancelling``, a task running that a retry
+may place again) is kept and passed over.
 
-A task is (re)read whenever its decision or its list of copies is not the one last seen:
-a retry, a re-placement or a hedge shows up on the next read.
+A task is (re)read whenever its decision or its list of copies is not the one last seen: a
+retry, a re-placement or a hedge shows up on the next read.
 """
 
 from __future__ import annotations
