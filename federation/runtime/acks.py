@@ -145,7 +145,7 @@ class Acks:
             self._wake.wait()
             with self._lock:
                 items = [(k, self._pending[k][0]) for k in self._looked]
-            done = [(k, _id_of(f)) for k, f in items if _id_of(f) is not None or f.done()]
+            done = [(k, tid) for k, f in items if (tid := _id_of(f)) is not None or f.done()]
             for key, tid in done:
                 self._deliver(key, tid)
             with self._lock:

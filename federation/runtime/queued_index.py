@@ -67,12 +67,11 @@ class QueuedIndex:
         """The most late queued copy per shape now (as ``Hedging.queued_copies``)."""
         now = datetime.now(UTC).timestamp()
         with self.reg.lock:
-            handles = list(self.reg.handles.values())
             live = dict(self.reg.handles)
         out: list[QueuedCopy] = []
         with self._lock:
             seen = self._seen
-            for h in handles:  # the common case inline: a task seen as it is
+            for h in live.values():  # the common case inline: a task seen as it is
                 mark = seen.get(h.id)
                 if mark is None or mark[0] is not h.decision or mark[1] != len(h.copies):
                     self._see(h)
